@@ -1,0 +1,1 @@
+"""Policies, PPO training, checkpoints and the policy node."""

@@ -1,0 +1,1 @@
+"""The calf command line, network profiles, experiments and launch files."""

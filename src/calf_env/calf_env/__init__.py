@@ -1,0 +1,1 @@
+"""Gymnasium environments behind a real-time stepper, and the env node."""

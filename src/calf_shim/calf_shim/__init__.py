@@ -1,0 +1,1 @@
+"""Network models, the virtual-time NetworkedEnv, the shim node and trace recording."""
