@@ -45,6 +45,8 @@ cat > "$ROOT/env.sh" <<ENV
 . "$VENV/bin/activate"
 export AMENT_PREFIX_PATH="$VENV" CMAKE_PREFIX_PATH="$VENV"
 export RMW_IMPLEMENTATION=rmw_fastrtps_cpp
+# Type-check message fields on assignment: a bad value raises instead of aborting in C at publish.
+export ROS_PYTHON_CHECK_FIELDS=1
 if [ -f "$ROOT/install/setup.bash" ]; then . "$ROOT/install/setup.bash"; fi
 export PATH="$ROOT/install/calf_bringup/lib/calf_bringup:\$PATH"
 ENV

@@ -1,0 +1,339 @@
+"""The PPO training loop (CleanRL ppo.py / ppo_atari_lstm.py) over any gymnasium vector env.
+
+The vector env must autoreset in ``SAME_STEP`` mode, e.g.
+``gym.make_vec(id, n, vectorization_mode='sync', vector_kwargs={'autoreset_mode':
+gym.vector.AutoresetMode.SAME_STEP})``: then every step is a real transition and a
+truncated episode is bootstrapped from ``info['final_obs']``. Observations must be flat
+(``Box`` of shape ``(obs_dim,)``) and actions ``Discrete(n)`` or ``MultiDiscrete([n] * H)``.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import AGENT_KINDS, Agent, LstmAgent, LstmState, MlpAgent
+from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
+from calf_agent.seeding import seed_everything
+
+CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'policy_loss',
+              'value_loss', 'entropy', 'approx_kl', 'clipfrac', 'explained_variance',
+              'learning_rate', 'sps', 'time_s')
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``meta`` is copied into the checkpoint's meta.json."""
+
+    total_steps: int = 100_000
+    num_envs: int = 8
+    num_steps: int = 128
+    seed: int = 1
+    agent: str = 'mlp'
+    hidden: tuple[int, ...] = (64, 64)
+    lstm_size: int = 128
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    stop_return: float | None = None  # stop once the windowed mean return reaches this
+    return_window: int = 20  # episodes in the reported mean return
+    torch_threads: int = 1
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.agent not in AGENT_KINDS:
+            raise ValueError(f'unknown agent {self.agent!r}: choose one of {", ".join(AGENT_KINDS)}')
+        if min(self.num_envs, self.num_steps, self.return_window, self.torch_threads) < 1:
+            raise ValueError('num_envs, num_steps, return_window and torch_threads must be >= 1')
+        if self.total_steps < self.batch_size:
+            raise ValueError(f'total_steps={self.total_steps} is below one rollout '
+                             f'(num_envs * num_steps = {self.batch_size})')
+        split = self.num_envs if self.agent == 'lstm' else self.batch_size
+        if self.ppo.num_minibatches > split:
+            raise ValueError(f'num_minibatches={self.ppo.num_minibatches} exceeds the {split} '
+                             f'{"envs" if self.agent == "lstm" else "samples"} of a rollout')
+
+    @property
+    def batch_size(self) -> int:
+        """Env steps per rollout."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        """Rollout/update cycles in the budget."""
+        return self.total_steps // self.batch_size
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run produced."""
+
+    out_dir: Path
+    global_steps: int
+    iterations: int
+    wall_time_s: float
+    episode_returns: tuple[float, ...]
+    mean_return: float  # over the last ``return_window`` episodes (nan if none finished)
+    solved: bool  # ``stop_return`` was reached
+
+
+def cartpole_defaults() -> TrainConfig:
+    """Tuned for wall-clock time to solve CartPole-v1 on a small CPU (see bench/)."""
+    return TrainConfig(
+        total_steps=100_000, num_envs=8, num_steps=32, agent='mlp', hidden=(64, 64),
+        ppo=PPOConfig(learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
+                      num_minibatches=1, update_epochs=20, clip_coef=0.2, clip_vloss=False,
+                      ent_coef=0.0),
+        meta={'env': 'cartpole'})
+
+
+def minigrid_defaults() -> TrainConfig:
+    """LSTM agent on MiniGrid's flat partial view (CleanRL's recurrent PPO settings)."""
+    return TrainConfig(
+        total_steps=500_000, num_envs=8, num_steps=128, agent='lstm', hidden=(64,), lstm_size=128,
+        ppo=PPOConfig(learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=4,
+                      update_epochs=4, ent_coef=0.01),
+        meta={'env': 'minigrid'})
+
+
+def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
+          progress: bool = True) -> TrainResult:
+    """Train with PPO on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``.
+
+    Writes ``progress.csv``, TensorBoard events under ``tb/``, ``policy.safetensors`` and
+    ``meta.json``. The env is seeded with ``reset(seed=cfg.seed)``.
+    """
+    out_dir = Path(out_dir)
+    rng = seed_everything(cfg.seed, cfg.torch_threads)
+    envs = _wrap(make_vec_env(cfg.num_envs), cfg.num_envs)
+    try:
+        agent = _build_agent(cfg, envs)
+        loop = _Loop(cfg, agent, envs, rng, out_dir)
+        loop.run(progress)
+    finally:
+        envs.close()
+    meta = {**cfg.meta, 'seed': cfg.seed, 'steps': loop.global_step, 'train_config': _config_dict(cfg)}
+    save_checkpoint(out_dir, agent, meta)
+    window = loop.returns[-cfg.return_window:]
+    return TrainResult(out_dir, loop.global_step, loop.iteration, loop.elapsed, tuple(loop.returns),
+                       float(np.mean(window)) if window else math.nan, loop.solved)
+
+
+def _wrap(envs: gym.vector.VectorEnv, num_envs: int) -> gym.vector.VectorEnv:
+    """Check the env's contract and add episode statistics."""
+    if envs.num_envs != num_envs:
+        raise ValueError(f'make_vec_env({num_envs}) returned {envs.num_envs} envs')
+    mode = envs.metadata.get('autoreset_mode')
+    if mode != AutoresetMode.SAME_STEP:
+        envs.close()
+        raise ValueError(f'the trainer needs autoreset_mode SAME_STEP, got {mode}: pass '
+                         "vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP}")
+    space = envs.single_observation_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        envs.close()
+        raise ValueError(f'the trainer needs a flat Box observation, got {space}: flatten it '
+                         '(e.g. gym.wrappers.FlattenObservation)')
+    return RecordEpisodeStatistics(envs)
+
+
+def _action_layout(space: gym.Space) -> tuple[int, int]:
+    """``(n_actions, plan_horizon)`` for Discrete(n) or MultiDiscrete([n] * H)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n), 1
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1 and len(set(space.nvec)) == 1:
+        return int(space.nvec[0]), len(space.nvec)
+    raise ValueError(f'the trainer needs Discrete(n) or MultiDiscrete([n] * H) actions, got {space}')
+
+
+def _build_agent(cfg: TrainConfig, envs: gym.vector.VectorEnv) -> Agent:
+    """The agent ``cfg`` asks for, sized to the env's spaces."""
+    obs_dim = int(envs.single_observation_space.shape[0])
+    n_actions, horizon = _action_layout(envs.single_action_space)
+    if cfg.agent == 'lstm':
+        return LstmAgent(obs_dim, n_actions, cfg.hidden, horizon, cfg.lstm_size)
+    return MlpAgent(obs_dim, n_actions, cfg.hidden, horizon)
+
+
+def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as plain data, without the free-form ``meta``."""
+    data = dataclasses.asdict(cfg)
+    del data['meta']
+    return data
+
+
+class _Loop:
+    """State of one run: rollout collection, PPO updates and logging."""
+
+    def __init__(self, cfg: TrainConfig, agent: Agent, envs: gym.vector.VectorEnv,
+                 rng: np.random.Generator, out_dir: Path) -> None:
+        self.cfg, self.agent, self.envs, self.rng, self.out_dir = cfg, agent, envs, rng, out_dir
+        self.recurrent = isinstance(agent, LstmAgent)
+        self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
+        action_shape = () if agent.plan_horizon == 1 else (agent.plan_horizon,)
+        self.buffer = RolloutBuffer(cfg.num_steps, cfg.num_envs, agent.obs_dim, action_shape)
+        self.returns: list[float] = []
+        self.lengths: deque[int] = deque(maxlen=cfg.return_window)
+        self.global_step = self.iteration = 0
+        self.elapsed = 0.0
+        self.solved = False
+
+    def run(self, progress: bool) -> None:
+        """Iterate rollout + update until the budget is spent or ``stop_return`` is reached."""
+        cfg = self.cfg
+        start = time.perf_counter()
+        obs, _ = self.envs.reset(seed=cfg.seed)
+        next_obs = torch.as_tensor(obs, dtype=torch.float32)
+        next_done = torch.zeros(cfg.num_envs)
+        state = self.agent.initial_state(cfg.num_envs) if self.recurrent else None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with (open(self.out_dir / 'progress.csv', 'w', newline='') as csv_file,
+              SummaryWriter(str(self.out_dir / 'tb')) as writer,
+              tqdm(total=cfg.num_iterations * cfg.batch_size, unit='step', disable=not progress,
+                   dynamic_ncols=True) as bar):
+            log = csv.DictWriter(csv_file, CSV_FIELDS)
+            log.writeheader()
+            while self.iteration < cfg.num_iterations:
+                self.iteration += 1
+                lr = self._anneal()
+                initial_state = state
+                next_obs, next_done, state = self._rollout(next_obs, next_done, state)
+                stats = self._update(next_obs, next_done, state, initial_state)
+                self.elapsed = time.perf_counter() - start
+                row = self._row(stats, lr)
+                log.writerow(row)
+                for key in CSV_FIELDS[1:]:
+                    writer.add_scalar(f'charts/{key}', row[key], self.global_step)
+                bar.update(cfg.batch_size)
+                bar.set_postfix(ret=f'{row["episodic_return"]:.1f}', refresh=False)
+                if cfg.stop_return is not None and row['episodic_return'] >= cfg.stop_return:
+                    self.solved = True
+                    break
+        self.elapsed = time.perf_counter() - start
+
+    def _anneal(self) -> float:
+        """Set and return this iteration's learning rate."""
+        ppo = self.cfg.ppo
+        frac = 1.0 - (self.iteration - 1) / self.cfg.num_iterations if ppo.anneal_lr else 1.0
+        lr = frac * ppo.learning_rate
+        self.optimizer.param_groups[0]['lr'] = lr
+        return lr
+
+    @torch.inference_mode()
+    def _policy(self, obs: Tensor, done: Tensor, state: LstmState | None
+                ) -> tuple[Tensor, Tensor, Tensor, LstmState | None]:
+        """``(action, logprob, value, new_state)`` for one vector step."""
+        if isinstance(self.agent, LstmAgent):
+            action, logprob, _, value, state = self.agent.get_action_and_value(obs, state, done)
+        else:
+            action, logprob, _, value = self.agent.get_action_and_value(obs)
+        return action, logprob, value, state
+
+    @torch.inference_mode()
+    def _value(self, obs: Tensor, done: Tensor, state: LstmState | None) -> Tensor:
+        """Critic values for ``obs``, continuing ``state`` for recurrent agents."""
+        if isinstance(self.agent, LstmAgent):
+            return self.agent.get_value(obs, state, done)
+        return self.agent.get_value(obs)
+
+    def _rollout(self, obs: Tensor, done: Tensor, state: LstmState | None
+                 ) -> tuple[Tensor, Tensor, LstmState | None]:
+        """Fill the buffer with ``num_steps`` vector steps; return the carried-over obs/done/state."""
+        self.buffer.reset()
+        gamma = self.cfg.ppo.gamma
+        while not self.buffer.full:
+            action, logprob, value, state = self._policy(obs, done, state)
+            raw_obs, reward, term, trunc, info = self.envs.step(action.numpy())
+            reward = self._bootstrap(reward.astype(np.float32), term, trunc, info, state, gamma)
+            self.buffer.add(obs, done, action, logprob, value, reward)
+            obs = torch.as_tensor(raw_obs, dtype=torch.float32)
+            done = torch.as_tensor(term | trunc, dtype=torch.float32)
+            self._record(info)
+        self.global_step += self.cfg.batch_size
+        return obs, done, state
+
+    def _bootstrap(self, reward: np.ndarray, term: np.ndarray, trunc: np.ndarray,
+                   info: Mapping[str, Any], state: LstmState | None, gamma: float) -> np.ndarray:
+        """Add ``gamma * V(final_obs)`` to rewards of episodes cut by a time limit."""
+        idx = np.flatnonzero(trunc & ~term)
+        if idx.size == 0:
+            return reward
+        final = torch.as_tensor(np.stack([info['final_obs'][i] for i in idx]), dtype=torch.float32)
+        sub = None if state is None else (state[0][:, idx], state[1][:, idx])
+        reward[idx] += gamma * self._value(final, torch.zeros(idx.size), sub).numpy()
+        return reward
+
+    def _record(self, info: Mapping[str, Any]) -> None:
+        """Collect finished episodes from RecordEpisodeStatistics."""
+        if '_episode' not in info:
+            return
+        for i in np.flatnonzero(info['_episode']):
+            self.returns.append(float(info['episode']['r'][i]))
+            self.lengths.append(int(info['episode']['l'][i]))
+
+    def _update(self, next_obs: Tensor, next_done: Tensor, state: LstmState | None,
+                initial_state: LstmState | None) -> dict[str, float]:
+        """PPO epochs over the buffer; return mean loss stats and explained variance."""
+        ppo, buf = self.cfg.ppo, self.buffer
+        next_value = self._value(next_obs, next_done, state)
+        advantages, returns = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done,
+                                          ppo.gamma, ppo.gae_lambda)
+        totals: dict[str, float] = {}
+        count = 0
+        for _ in range(ppo.update_epochs):
+            for mb in buf.minibatches(advantages, returns, ppo.num_minibatches, self.rng, self.recurrent):
+                if isinstance(self.agent, LstmAgent):
+                    sub = (initial_state[0][:, mb.env_idx], initial_state[1][:, mb.env_idx])
+                    _, logprob, entropy, value, _ = self.agent.get_action_and_value(
+                        mb.obs, sub, mb.dones, mb.actions)
+                else:
+                    _, logprob, entropy, value = self.agent.get_action_and_value(mb.obs, mb.actions)
+                loss, stats = ppo_loss(logprob, mb.logprobs, mb.advantages, value, mb.values, mb.returns,
+                                       entropy, ppo.clip_coef, ppo.vf_coef, ppo.ent_coef,
+                                       ppo.clip_vloss, ppo.norm_adv)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.agent.parameters(), ppo.max_grad_norm)
+                self.optimizer.step()
+                for key, value_ in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value_
+                count += 1
+            if ppo.target_kl is not None and stats['approx_kl'] > ppo.target_kl:
+                break
+        means = {key: total / count for key, total in totals.items()}
+        means['explained_variance'] = _explained_variance(buf.values, returns)
+        return means
+
+    def _row(self, stats: Mapping[str, float], lr: float) -> dict[str, float]:
+        """One progress.csv row."""
+        window = self.returns[-self.cfg.return_window:]
+        return {
+            'global_step': self.global_step,
+            'episodes': len(self.returns),
+            'episodic_return': float(np.mean(window)) if window else math.nan,
+            'episodic_length': float(np.mean(self.lengths)) if self.lengths else math.nan,
+            **{key: stats[key] for key in ('policy_loss', 'value_loss', 'entropy', 'approx_kl',
+                                           'clipfrac', 'explained_variance')},
+            'learning_rate': lr,
+            'sps': self.global_step / max(self.elapsed, 1e-9),
+            'time_s': self.elapsed,
+        }
+
+
+def _explained_variance(values: Tensor, returns: Tensor) -> float:
+    """1 - Var[returns - values] / Var[returns] (nan when returns are constant)."""
+    var = returns.var().item()
+    return math.nan if var == 0 else 1.0 - (returns - values).var().item() / var

@@ -1,0 +1,36 @@
+"""The ``calf`` command: one entry point for training, evaluation, profiles and the node graph."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from calf_shim.errors import CalfError
+
+from calf_bringup import cmd_demo, cmd_eval, cmd_profile, cmd_train
+
+COMMANDS = (cmd_train, cmd_eval, cmd_profile, cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='calf', description='Communication-Aware Learning Framework')
+    sub = parser.add_subparsers(dest='command', required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CalfError as err:
+        print(f'calf {args.command}: error: {err}', file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f'calf {args.command}: interrupted', file=sys.stderr)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""``calf train``: PPO under a training regime or any network profile."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from calf_agent.regimes import REGIMES, regime_profile, train_policy
+from calf_agent.representation import Representation
+from calf_env.envs import ENV_SPECS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser('train', help='train a policy with PPO under a network regime')
+    parser.add_argument('--env', choices=sorted(ENV_SPECS), default='cartpole')
+    parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
+                        help='baseline (sim_clean), delay_only, or full (full_net_aware)')
+    parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--steps', type=int, help='environment decisions to train for (default per env)')
+    parser.add_argument('--frames', type=int, help='frame stack k (default: d + 1, d = typical delay in ticks)')
+    parser.add_argument('--action-history', type=int, help='actions remembered (default: d)')
+    parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
+    parser.add_argument('--quiet', action='store_true', help='no progress bar')
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    network = args.network or regime_profile(args.regime)
+    rep = None
+    if args.frames is not None or args.action_history is not None:
+        rep = Representation(frames=args.frames or 1, actions=args.action_history or 0)
+    result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
+                          rep=rep, progress=not args.quiet)
+    print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
+                      'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
+    return 0

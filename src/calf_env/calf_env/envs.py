@@ -1,0 +1,81 @@
+"""The environments CALF runs, with their tick period and hold rule, and their networked builds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from calf_shim.errors import ConfigError
+from calf_shim.link import Link
+from calf_shim.networked_env import NetworkedEnv
+from calf_shim.profiles import Profile
+from calf_shim.timing import HoldMode, Stepper
+
+MINIGRID_DONE = 6  # MiniGrid's `done` action does nothing in DoorKey: the no-op
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How one task is ticked and what it does without a fresh action."""
+
+    name: str
+    gym_id: str
+    dt: float  # tick period (seconds)
+    hold: HoldMode
+    noop_action: int | None
+    initial_action: int
+    success_on_truncation: bool
+
+
+ENV_SPECS: dict[str, EnvSpec] = {
+    'cartpole': EnvSpec('cartpole', 'CartPole-v1', 0.02, HoldMode.LAST, None, 0, True),
+    'minigrid': EnvSpec('minigrid', 'MiniGrid-DoorKey-5x5-v0', 0.1, HoldMode.NOOP, MINIGRID_DONE,
+                        MINIGRID_DONE, False),
+}
+
+
+def env_spec(name: str) -> EnvSpec:
+    """The spec for ``name`` (``cartpole`` or ``minigrid``), or a ConfigError naming the choices."""
+    try:
+        return ENV_SPECS[name]
+    except KeyError:
+        raise ConfigError(f'unknown env {name!r}: choose one of {", ".join(ENV_SPECS)}') from None
+
+
+class FlatImageObservation(gym.ObservationWrapper):
+    """MiniGrid's partial view as a flat float32 vector (the image only)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        image = env.observation_space['image']
+        self.observation_space = gym.spaces.Box(0.0, float(image.high.max()), (int(np.prod(image.shape)),),
+                                                np.float32)
+
+    def observation(self, observation: dict) -> np.ndarray:
+        return np.asarray(observation['image'], dtype=np.float32).reshape(-1)
+
+
+def make_env(name: str) -> gym.Env:
+    """A fresh gymnasium env for ``name`` with a flat float observation."""
+    spec = env_spec(name)
+    if name == 'minigrid':
+        import minigrid  # noqa: F401  (registers the MiniGrid ids)
+        return FlatImageObservation(gym.make(spec.gym_id))
+    return gym.make(spec.gym_id)
+
+
+def make_stepper(name: str, env: gym.Env | None = None) -> Stepper:
+    """The tick-driven stepper for ``name``, as the env node runs it."""
+    spec = env_spec(name)
+    return Stepper(env if env is not None else make_env(name), spec.hold, spec.initial_action,
+                   spec.noop_action, spec.success_on_truncation)
+
+
+def make_networked_env(name: str, profile: Profile, seed: int | None = None, plan_horizon: int = 1,
+                       links: tuple[Link, Link] | None = None) -> NetworkedEnv:
+    """``name`` behind ``profile``'s uplink and downlink, in virtual time."""
+    spec = env_spec(name)
+    uplink, downlink = links if links is not None else profile.make_links(np.random.default_rng(seed))
+    return NetworkedEnv(make_env(name), uplink, downlink, spec.dt, profile.compute_ms, spec.hold,
+                        spec.noop_action, spec.initial_action, plan_horizon, spec.success_on_truncation, seed)

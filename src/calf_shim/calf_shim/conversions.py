@@ -1,0 +1,98 @@
+"""calf_msgs <-> plain values, converted once at the node edge, with validation.
+
+Every check raises ``MessageError`` with a one-line reason; nodes count and log it and go on.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from calf_msgs.msg import Action, EpisodeResult, Observation
+
+from calf_shim.errors import MessageError
+from calf_shim.timing import EpisodeSummary, ObsRecord
+
+
+class ReceivedObservation(NamedTuple):
+    episode: int
+    seq: int
+    obs: np.ndarray
+    stamp_ns: int
+    terminated: bool
+    truncated: bool
+
+
+class ReceivedAction(NamedTuple):
+    episode: int
+    obs_seq: int
+    plan: list[int]
+    source: str
+    compute_ms: float
+
+
+def time_msg(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def time_ns(stamp: Time) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+def obs_to_msg(record: ObsRecord, stamp_ns: int) -> Observation:
+    msg = Observation()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.seq, msg.episode = record.seq, record.episode
+    msg.data = record.obs.astype(np.float32).reshape(-1).tolist()
+    msg.shape = list(record.obs.shape)
+    msg.reward = float(record.reward)
+    msg.terminated, msg.truncated = record.terminated, record.truncated
+    return msg
+
+
+def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
+    """Validate an Observation: length, shape and finite values."""
+    data = np.asarray(msg.data, dtype=np.float32)
+    if data.size != expected_size:
+        raise MessageError(f'observation seq {msg.seq}: expected {expected_size} values, got {data.size}')
+    if msg.shape and int(np.prod(msg.shape)) != data.size:
+        raise MessageError(f'observation seq {msg.seq}: shape {list(msg.shape)} does not hold {data.size} values')
+    if not np.all(np.isfinite(data)):
+        raise MessageError(f'observation seq {msg.seq}: contains NaN or infinite values')
+    return ReceivedObservation(msg.episode, msg.seq, data, time_ns(msg.header.stamp), msg.terminated,
+                               msg.truncated)
+
+
+def plan_to_msg(obs: ReceivedObservation, plan: Sequence[int], source: str, compute_ms: float,
+                stamp_ns: int) -> Action:
+    msg = Action()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.obs_seq, msg.episode = obs.seq, obs.episode
+    msg.discrete = int(plan[0])
+    msg.discrete_plan = [int(a) for a in plan] if len(plan) > 1 else []
+    msg.source, msg.compute_ms = source, float(compute_ms)
+    return msg
+
+
+def msg_to_plan(msg: Action, n_actions: int) -> ReceivedAction:
+    """Validate an Action: every planned action must be in range."""
+    plan = list(msg.discrete_plan) or [msg.discrete]
+    bad = [a for a in plan if not 0 <= a < n_actions]
+    if bad:
+        raise MessageError(f'action for obs {msg.obs_seq}: {bad[0]} is outside 0..{n_actions - 1}')
+    if msg.continuous and not np.all(np.isfinite(np.asarray(msg.continuous))):
+        raise MessageError(f'action for obs {msg.obs_seq}: continuous values contain NaN or infinity')
+    return ReceivedAction(msg.episode, msg.obs_seq, plan, msg.source, msg.compute_ms)
+
+
+def summary_to_msg(summary: EpisodeSummary, seq: int, stamp_ns: int) -> EpisodeResult:
+    msg = EpisodeResult()
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.seq, msg.episode = seq, summary.episode
+    msg.episode_return, msg.length, msg.success = summary.episode_return, summary.length, summary.success
+    msg.e2e_latency_p50_ms = summary.e2e_percentile(50)
+    msg.e2e_latency_p95_ms = summary.e2e_percentile(95)
+    msg.actions_applied, msg.ticks_held, msg.rejected = (summary.actions_applied, summary.ticks_held,
+                                                         summary.rejected)
+    msg.e2e_samples_ms = [float(x) for x in summary.e2e_ms]
+    return msg

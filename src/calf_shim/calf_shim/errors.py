@@ -1,0 +1,14 @@
+"""Exceptions raised by calf_shim."""
+from __future__ import annotations
+
+
+class CalfError(Exception):
+    """Base class for every error CALF raises on purpose."""
+
+
+class ConfigError(CalfError):
+    """A parameter, stage spec or profile is invalid; the message names the value."""
+
+
+class MessageError(CalfError):
+    """A received message is malformed or out of range; the message says which field."""

@@ -1,0 +1,267 @@
+"""The timing rules of CALF, in one place.
+
+Both the virtual-time ``NetworkedEnv`` and the live env and policy nodes call these classes,
+so that a policy meets the same timing in training as over DDS (DESIGN.md, "Timing semantics"):
+
+- The env ticks every ``dt``. Tick 0 is the reset. At tick k >= 1 it applies the newest
+  plan that has arrived, steps, and emits observation k stamped with the tick time.
+- A plan answering observation s holds actions for ticks s+1, s+2, ...: ``plan[j]`` applies at
+  tick ``s + 1 + j``. A plan whose ticks have all passed when it first applies runs its last
+  element once. When a plan runs out, the env holds its last element (``HoldMode.LAST``, the
+  zero-order hold) or takes a no-op (``HoldMode.NOOP``). A one-element plan is a single action.
+- A plan answering an older observation than the newest one applied is discarded.
+- The end-to-end latency of step s is the arrival time of its action minus the stamp of
+  observation s, both read on the env side.
+- The policy acts only on observations newer than the last one it acted on.
+
+Times are float seconds on one clock; no clock synchronisation across hosts is needed.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+
+class HoldMode(enum.Enum):
+    """What the env does on ticks not covered by a plan."""
+
+    LAST = 'last'
+    NOOP = 'noop'
+
+
+class Verdict(enum.Enum):
+    """What the env side did with an arriving action message."""
+
+    ACCEPTED = 'accepted'
+    STALE = 'stale'
+    DUPLICATE = 'duplicate'
+    OTHER_EPISODE = 'other_episode'
+    UNKNOWN_OBSERVATION = 'unknown_observation'
+    INVALID = 'invalid'
+
+
+class AppliedAction(NamedTuple):
+    """The action applied at one tick and where it came from."""
+
+    action: int
+    plan_seq: int  # obs_seq of the plan it came from, -1 for the initial action
+    index: int  # element of that plan, -1 when held or a no-op
+    held: bool
+
+
+@dataclass
+class PlanExecutor:
+    """Env-side choice of the action for each tick from the plans that have arrived."""
+
+    hold: HoldMode
+    initial_action: int
+    noop_action: int | None = None
+    _plan: tuple[int, ...] = ()
+    _plan_seq: int = -1
+    _first_tick: int | None = None
+    _last_action: int = 0
+
+    def __post_init__(self) -> None:
+        if self.hold is HoldMode.NOOP and self.noop_action is None:
+            raise ValueError('hold mode noop needs a noop_action')
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every plan: the next ticks use the initial action."""
+        self._plan, self._plan_seq, self._first_tick = (), -1, None
+        self._last_action = self.initial_action
+
+    @property
+    def newest_seq(self) -> int:
+        """obs_seq of the newest plan accepted this episode, or -1."""
+        return self._plan_seq
+
+    def offer(self, obs_seq: int, plan: Sequence[int]) -> Verdict:
+        """Take a plan if it answers a newer observation than the current one."""
+        if obs_seq < self._plan_seq:
+            return Verdict.STALE
+        if obs_seq == self._plan_seq:
+            return Verdict.DUPLICATE
+        self._plan, self._plan_seq, self._first_tick = tuple(plan), obs_seq, None
+        return Verdict.ACCEPTED
+
+    def action_for_tick(self, tick: int) -> AppliedAction:
+        """The action to apply at ``tick`` (>= 1)."""
+        if self._plan_seq < 0:
+            return AppliedAction(self._hold_action(), -1, -1, True)
+        first_use = self._first_tick is None
+        if first_use:
+            self._first_tick = tick
+        index = tick - self._plan_seq - 1
+        if index < len(self._plan):
+            return self._apply(self._plan[index], index, held=False)
+        if first_use:
+            return self._apply(self._plan[-1], len(self._plan) - 1, held=False)
+        return AppliedAction(self._hold_action(), self._plan_seq, -1, True)
+
+    def _apply(self, action: int, index: int, held: bool) -> AppliedAction:
+        self._last_action = int(action)
+        return AppliedAction(self._last_action, self._plan_seq, index, held)
+
+    def _hold_action(self) -> int:
+        if self.hold is HoldMode.NOOP:
+            return int(self.noop_action)  # type: ignore[arg-type]
+        return self._last_action
+
+
+class ObsRecord(NamedTuple):
+    """One emitted observation, as the env node publishes it."""
+
+    seq: int
+    episode: int
+    stamp_s: float
+    obs: np.ndarray
+    reward: float
+    terminated: bool
+    truncated: bool
+    applied: AppliedAction | None  # None for the reset observation
+
+
+@dataclass
+class EpisodeSummary:
+    """What the env side knows about one finished episode."""
+
+    episode: int
+    episode_return: float
+    length: int
+    success: bool
+    e2e_ms: list[float]
+    actions_applied: int
+    ticks_held: int
+    rejected: int
+
+    def e2e_percentile(self, q: float) -> float:
+        return float(np.percentile(self.e2e_ms, q)) if self.e2e_ms else math.nan
+
+
+@dataclass
+class Stepper:
+    """Runs a gymnasium env on ticks under the timing rules; pure and clock-agnostic.
+
+    The caller supplies the time of every tick and every arriving action: virtual time in
+    ``NetworkedEnv``, the node clock in the env node.
+    """
+
+    env: Any  # gymnasium.Env with a Discrete action space
+    hold: HoldMode
+    initial_action: int = 0
+    noop_action: int | None = None
+    success_on_truncation: bool = False  # True: surviving to the time limit is success (CartPole);
+    # False: ending in a terminal state with positive reward is (MiniGrid)
+    stamp_memory: int = 4096
+    executor: PlanExecutor = field(init=False)
+    episode: int = field(init=False, default=-1)
+    tick_index: int = field(init=False, default=0)
+    done: bool = field(init=False, default=True)
+    _stamps: OrderedDict[int, float] = field(init=False, default_factory=OrderedDict)
+    _summary: EpisodeSummary | None = field(init=False, default=None)
+    _success: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.executor = PlanExecutor(self.hold, self.initial_action, self.noop_action)
+        self.n_actions = int(self.env.action_space.n)
+
+    def reset(self, now_s: float, seed: int | None = None) -> ObsRecord:
+        """Start a new episode at ``now_s`` and return observation 0."""
+        obs, _ = self.env.reset(seed=seed)
+        self.episode += 1
+        self.tick_index, self.done, self._success = 0, False, False
+        self.executor.reset()
+        self._stamps.clear()
+        self._summary = EpisodeSummary(self.episode, 0.0, 0, False, [], 0, 0, 0)
+        return self._emit(obs, now_s, 0.0, False, False, None)
+
+    def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float) -> Verdict:
+        """Handle an action message arriving at ``now_s``."""
+        if not plan or any(not _valid_action(a, self.n_actions) for a in plan):
+            self._count_rejected()
+            return Verdict.INVALID
+        if episode != self.episode or self.done:
+            return Verdict.OTHER_EPISODE
+        stamp = self._stamps.get(obs_seq)
+        if stamp is None:
+            return Verdict.UNKNOWN_OBSERVATION
+        verdict = self.executor.offer(obs_seq, plan)
+        if verdict is not Verdict.DUPLICATE and self._summary is not None:
+            self._summary.e2e_ms.append((now_s - stamp) * 1e3)
+            if verdict is Verdict.ACCEPTED:
+                self._summary.actions_applied += 1
+        return verdict
+
+    def tick(self, now_s: float) -> ObsRecord:
+        """Apply the action for the next tick, step the env and emit the observation."""
+        if self.done:
+            raise RuntimeError('tick() after the episode ended: call reset() first')
+        self.tick_index += 1
+        applied = self.executor.action_for_tick(self.tick_index)
+        obs, reward, terminated, truncated, info = self.env.step(applied.action)
+        summary = self._summary
+        assert summary is not None
+        summary.episode_return += float(reward)
+        summary.length = self.tick_index
+        summary.ticks_held += int(applied.held)
+        if self.success_on_truncation:
+            self._success = bool(truncated and not terminated)
+        else:
+            self._success = bool(terminated and reward > 0)
+        self.done = bool(terminated or truncated)
+        return self._emit(obs, now_s, float(reward), bool(terminated), bool(truncated), applied)
+
+    @property
+    def e2e_ms(self) -> list[float]:
+        """End-to-end latencies measured so far in this episode (milliseconds)."""
+        return self._summary.e2e_ms if self._summary is not None else []
+
+    def finish(self) -> EpisodeSummary:
+        """Summary of the episode that just ended (call once ``done`` is set)."""
+        assert self._summary is not None
+        self._summary.success = self._success
+        return self._summary
+
+    def _emit(self, obs: Any, now_s: float, reward: float, terminated: bool, truncated: bool,
+              applied: AppliedAction | None) -> ObsRecord:
+        self._stamps[self.tick_index] = now_s
+        if len(self._stamps) > self.stamp_memory:
+            self._stamps.popitem(last=False)
+        return ObsRecord(self.tick_index, self.episode, now_s, np.asarray(obs, dtype=np.float32), reward,
+                         terminated, truncated, applied)
+
+    def _count_rejected(self) -> None:
+        if self._summary is not None:
+            self._summary.rejected += 1
+
+
+def _valid_action(action: Any, n_actions: int) -> bool:
+    return isinstance(action, (int, np.integer)) and 0 <= int(action) < n_actions
+
+
+@dataclass
+class ObservationGate:
+    """Policy-side rule: act only on observations newer than the last one acted on."""
+
+    episode: int = -1
+    last_seq: int = -1
+
+    def admit(self, episode: int, seq: int) -> bool:
+        """True if (episode, seq) is newer than anything acted on; records it.
+
+        An older episode at seq 0 means the env side restarted, and is admitted too.
+        """
+        newer = episode > self.episode or (episode == self.episode and seq > self.last_seq)
+        if newer or (episode < self.episode and seq == 0):
+            self.episode, self.last_seq = episode, seq
+            return True
+        return False
+
+    def is_new_episode(self, episode: int) -> bool:
+        return episode != self.episode

@@ -1,0 +1,213 @@
+"""Unit tests for the network model stages and Link."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from calf_shim.errors import ConfigError
+from calf_shim.link import Link, Packet
+from calf_shim.models import (
+    Bandwidth,
+    BernoulliLoss,
+    Duplicate,
+    EmpiricalDelay,
+    FixedDelay,
+    GaussianDelay,
+    GilbertElliottLoss,
+    LogNormalDelay,
+    ParetoDelay,
+    Stall,
+    TraceReplay,
+    build_stage,
+)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def send_all(link: Link, times: list[float], size_bytes: int = 64) -> list[list[float]]:
+    return [link.transmit(t, size_bytes) for t in times]
+
+
+def delays_ms(stage, n: int, seed: int = 0) -> np.ndarray:
+    g = rng(seed)
+    return np.array([stage.apply(Packet(0.0, 0.0, 64), g)[0].arrive_s * 1e3 for _ in range(n)])
+
+
+def test_empty_link_is_ideal():
+    assert send_all(Link([], rng()), [0.0, 0.02, 0.04]) == [[0.0], [0.02], [0.04]]
+
+
+def test_fixed_delay_exact():
+    link = Link([FixedDelay(10.0)], rng())
+    assert send_all(link, [0.0, 0.5]) == [pytest.approx([0.01]), pytest.approx([0.51])]
+    assert link.stats.sent == 2 and link.stats.delivered == 2
+
+
+def test_send_times_must_not_decrease():
+    link = Link([], rng())
+    link.transmit(1.0)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        link.transmit(0.5)
+
+
+def test_trace_replay_loop_and_reset():
+    link = Link([TraceReplay([1.0, 2.0, 3.0], [False, True, False])], rng())
+    expected = [[0.001], [], [2.003], [3.001], []]
+    assert send_all(link, [0.0, 1.0, 2.0, 3.0, 4.0]) == [pytest.approx(e) for e in expected]
+    assert link.stats.dropped_injected == 2
+    link.reset()
+    assert link.transmit(0.0) == pytest.approx([0.001])
+    assert link.stats.sent == 1
+
+
+def test_trace_replay_random_offset_uses_rng_after_reset():
+    trace = [10.0, 20.0, 30.0, 40.0, 50.0]
+    link = Link([TraceReplay(trace, mode="random_offset")], rng(7))
+    reference = rng(7)
+    for _ in range(3):
+        start = int(reference.integers(len(trace)))
+        got = [t[0] * 1e3 for t in send_all(link, [0.0] * 7)]
+        assert got == pytest.approx([trace[(start + i) % len(trace)] for i in range(7)])
+        link.reset()
+
+
+def test_fifo_versus_reorder():
+    trace = TraceReplay([50.0, 10.0])
+    assert send_all(Link([trace], rng(), reorder=True), [0.0, 0.02]) == [[0.05], [0.03]]
+    trace.reset()
+    assert send_all(Link([trace], rng(), reorder=False), [0.0, 0.02]) == [[0.05], [0.05]]
+
+
+def test_bandwidth_serialisation_and_tail_drop():
+    link = Link([Bandwidth(rate_kbps=80.0, queue_packets=1)], rng())  # 1000 B -> 0.1 s
+    got = send_all(link, [0.0, 0.0, 0.0, 0.15], size_bytes=1000)
+    assert got == [pytest.approx(e) for e in ([0.1], [0.2], [], [0.3])]
+    assert (link.stats.dropped_queue, link.stats.dropped_injected) == (1, 0)
+    link.reset()
+    assert link.transmit(0.0, 1000) == pytest.approx([0.1])
+
+
+def test_periodic_stall_holds_until_window_end():
+    link = Link([Stall(duration_ms=30.0, period_ms=100.0)], rng())  # windows [0.07, 0.1), [0.17, 0.2), ...
+    got = send_all(link, [0.0, 0.05, 0.075, 0.08, 0.1, 0.175, 0.21])
+    assert [t[0] for t in got] == pytest.approx([0.0, 0.05, 0.1, 0.1, 0.1, 0.2, 0.21])
+
+
+def test_random_stall_fraction_and_hold():
+    link = Link([Stall(duration_ms=50.0, rate_hz=2.0, mode="random")], rng(3))
+    sends = np.arange(0.0, 200.0, 0.001)
+    holds = np.array([link.transmit(t)[0] - t for t in sends])
+    assert np.all((holds >= 0.0) & (holds <= 0.05 + 1e-12))
+    assert np.mean(holds > 0) == pytest.approx(0.1, abs=0.01)  # duration / period
+
+
+def test_duplicate():
+    link = Link([Duplicate(p=1.0, extra_delay_ms=5.0)], rng())
+    assert link.transmit(1.0) == pytest.approx([1.0, 1.005])
+    assert (link.stats.delivered, link.stats.duplicated) == (2, 1)
+    assert Link([Duplicate(p=0.0, extra_delay_ms=5.0)], rng()).transmit(1.0) == [1.0]
+
+
+def test_duplicates_pass_later_stages_and_fifo():
+    link = Link([Duplicate(1.0, 30.0), BernoulliLoss(0.0), FixedDelay(1.0)], rng(), reorder=False)
+    assert send_all(link, [0.0, 0.01]) == [pytest.approx([0.001, 0.031]), pytest.approx([0.031, 0.041])]
+
+
+def chain() -> list:
+    return [
+        GaussianDelay(25.0, 28.0),
+        GilbertElliottLoss(0.1, 0.3, 0.01, 0.5),
+        Stall(duration_ms=40.0, period_ms=300.0, mode="random"),
+        Bandwidth(500.0, 4),
+        Duplicate(0.05, 3.0),
+    ]
+
+
+def test_same_seed_same_sequence_and_reset_reproduces():
+    times = [0.02 * k for k in range(500)]
+    first = send_all(Link(chain(), rng(42)), times)
+    link = Link(chain(), rng(42))
+    assert send_all(link, times) == first
+    link.reset(rng(42))
+    assert send_all(link, times) == first
+    assert send_all(Link(chain(), rng(43)), times) != first
+
+
+def test_gaussian_truncated_by_resampling():
+    sample = delays_ms(GaussianDelay(25.0, 28.0), 20000)
+    assert sample.min() >= 0.0
+    dist = stats.truncnorm(a=-25.0 / 28.0, b=np.inf, loc=25.0, scale=28.0)
+    assert stats.kstest(sample, dist.cdf).pvalue > 0.01
+
+
+@pytest.mark.parametrize(
+    ("stage", "dist"),
+    [
+        (LogNormalDelay(median_ms=12.0, sigma=0.6), stats.lognorm(s=0.6, scale=12.0)),
+        (ParetoDelay(scale_ms=8.0, shape=2.5), stats.pareto(b=2.5, scale=8.0)),
+    ],
+)
+def test_heavy_tailed_delays_match_distribution(stage, dist):
+    assert stats.kstest(delays_ms(stage, 20000), dist.cdf).pvalue > 0.01
+
+
+def test_empirical_delay_matches_histogram():
+    edges, probs = [0.0, 5.0, 10.0, 30.0], [0.2, 0.5, 0.3]
+    cdf = np.interp  # piecewise-linear CDF through the bin edges
+    sample = delays_ms(EmpiricalDelay(edges, probs), 20000)
+    assert stats.kstest(sample, lambda x: cdf(x, edges, np.concatenate([[0.0], np.cumsum(probs)]))).pvalue > 0.01
+
+
+def loss_rate(stage, n: int, seed: int = 0) -> float:
+    link = Link([stage], rng(seed))
+    return sum(not link.transmit(0.0) for _ in range(n)) / n
+
+
+def test_bernoulli_loss_rate():
+    assert loss_rate(BernoulliLoss(0.1), 100000) == pytest.approx(0.1, abs=0.004)
+
+
+def test_gilbert_elliott_stationary_loss_rate():
+    p_gb, p_bg, loss_good, loss_bad = 0.05, 0.25, 0.01, 0.6
+    pi_bad = p_gb / (p_gb + p_bg)
+    expected = pi_bad * loss_bad + (1 - pi_bad) * loss_good
+    stage = GilbertElliottLoss(p_gb, p_bg, loss_good, loss_bad)
+    assert stage.loss_rate == pytest.approx(expected)
+    assert loss_rate(stage, 200000) == pytest.approx(expected, abs=0.006)
+
+
+def test_gilbert_elliott_losses_are_bursty():
+    link = Link([GilbertElliottLoss(0.02, 0.2, 0.0, 1.0)], rng())
+    lost = np.array([not link.transmit(0.0) for _ in range(50000)])
+    starts = np.sum(lost[1:] & ~lost[:-1])
+    assert lost.sum() / starts == pytest.approx(5.0, rel=0.1)  # mean burst = 1 / p_bad_to_good
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"model": "fixed_delay", "latency_ms": -5}, "fixed_delay: latency_ms must be >= 0, got -5"),
+        ({"model": "bernoulli_loss", "p": 1.5}, "bernoulli_loss: p must be in [0, 1], got 1.5"),
+        ({"model": "gilbert_elliott", "p_good_to_bad": 0.1, "p_bad_to_good": 0.5, "loss_good": 0, "loss_bad": 2},
+         "loss_bad must be in [0, 1], got 2"),
+        ({"model": "warp_drive"}, "unknown model 'warp_drive'"),
+        ({"model": "bandwidth", "rate_kbps": 0, "queue_packets": 10}, "bandwidth: rate_kbps must be > 0, got 0"),
+        ({"model": "bandwidth", "rate_kbps": 100, "queue_packets": -1}, "queue_packets must be an integer >= 0, got -1"),
+        ({"model": "gaussian_delay", "mean_ms": 25}, "gaussian_delay: missing parameter 'std_ms'"),
+        ({"model": "gaussian_delay", "mean_ms": 25, "std_ms": 1, "skew": 2}, "unknown parameter 'skew'"),
+        ({"model": "lognormal_delay", "median_ms": "ten", "sigma": 1}, "median_ms must be a finite number, got 'ten'"),
+        ({"model": "stall", "duration_ms": 50, "period_ms": 40}, "duration_ms must be < the period (40 ms), got 50"),
+        ({"model": "stall", "duration_ms": 5, "period_ms": 40, "rate_hz": 2}, "exactly one of period_ms or rate_hz"),
+        ({"model": "stall", "duration_ms": 5, "period_ms": 40, "mode": "sometimes"}, "got 'sometimes'"),
+        ({"model": "empirical_delay", "bins_ms": [0, 5, 4], "probs": [0.5, 0.5]}, "strictly increasing, got [0, 5, 4]"),
+        ({"model": "trace_replay", "delays_ms": [1.0, -2.0]}, "delays_ms[1] must be >= 0, got -2.0"),
+    ],
+)
+def test_invalid_parameters_raise_one_line_config_error(spec, message):
+    with pytest.raises(ConfigError) as info:
+        build_stage(spec)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)

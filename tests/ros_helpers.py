@@ -1,0 +1,25 @@
+"""Helpers for tests that talk over DDS: private contexts and waiting on events, never on sleeps."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+
+
+def spin_until(executor: SingleThreadedExecutor, condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Spin ``executor`` until ``condition()`` holds or ``timeout_s`` passes; return whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        executor.spin_once(timeout_sec=0.05)
+    return condition()
+
+
+def new_context() -> Context:
+    context = Context()
+    rclpy.init(context=context)
+    return context
