@@ -45,7 +45,7 @@ def test_invalid_field_values_raise_clear_errors() -> None:
         Observation(seq=-1)
     with pytest.raises(TypeError, match='integer'):
         Action(discrete_plan=[0.5])
-    with pytest.raises(AssertionError, match='data'):
+    with pytest.raises(TypeError, match='real number'):
         Observation(data=['x'])
 
 
