@@ -21,6 +21,7 @@ setup(
     entry_points={
         'console_scripts': [
             'shim_node = calf_shim.shim_node:main',
+            'trace_recorder = calf_shim.trace_recorder_node:main',
         ],
     },
 )

@@ -30,8 +30,8 @@ class EpisodeLog:
         self.successes.append(bool(success))
         self.e2e_ms.extend(float(x) for x in e2e_ms)
 
-    def report(self, mode: str, network: str, **extra: Any) -> dict[str, Any]:
-        """The stable JSON of ``calf eval``."""
+    def report(self, mode: str, network: str, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
+        """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample."""
         e2e = np.asarray(self.e2e_ms)
         pct = (lambda q: round(float(np.percentile(e2e, q)), 3)) if e2e.size else (lambda q: None)
         return {'mode': mode, 'network': network, 'episodes': len(self.returns),
@@ -39,11 +39,12 @@ class EpisodeLog:
                 'success_rate': float(np.mean(self.successes)), 'mean_length': float(np.mean(self.lengths)),
                 'e2e_latency_ms': {'p50': pct(50), 'p95': pct(95), 'samples': int(e2e.size)},
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
-                'returns': self.returns, **extra}
+                'returns': self.returns, **extra,
+                **({'e2e_samples_ms': self.e2e_ms} if keep_samples else {})}
 
 
 def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: int,
-                 batch: int = 16) -> dict[str, Any]:
+                 batch: int = 16, keep_samples: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of the checkpoint behind ``profile`` in NetworkedEnv."""
     agent, meta = load_checkpoint(policy_dir)
     rep = Representation(**meta.get('representation', {}))
@@ -81,7 +82,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                 feats[i] = histories[i].reset(envs[i].reset(seed=seed + started)[0])
                 state_reset[i] = True
                 started += 1
-    return log.report('sim', profile.name, policy=str(policy_dir), seed=seed)
+    return log.report('sim', profile.name, keep_samples, policy=str(policy_dir), seed=seed)
 
 
 def _reset_state(state: Any, rows: np.ndarray) -> Any:

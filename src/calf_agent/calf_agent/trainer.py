@@ -182,7 +182,8 @@ class _Loop:
                  rng: np.random.Generator, out_dir: Path) -> None:
         self.cfg, self.agent, self.envs, self.rng, self.out_dir = cfg, agent, envs, rng, out_dir
         self.recurrent = isinstance(agent, LstmAgent)
-        self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5,
+                                          foreach=True)
         action_shape = () if agent.plan_horizon == 1 else (agent.plan_horizon,)
         self.buffer = RolloutBuffer(cfg.num_steps, cfg.num_envs, agent.obs_dim, action_shape)
         self.returns: list[float] = []
@@ -306,7 +307,7 @@ class _Loop:
                                        ppo.clip_vloss, ppo.norm_adv)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.agent.parameters(), ppo.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(self.agent.parameters(), ppo.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 for key, value_ in stats.items():
                     totals[key] = totals.get(key, 0.0) + value_

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from calf_agent.evaluate import evaluate_sim
@@ -13,16 +14,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('eval', help='evaluate a policy under a network profile')
     parser.add_argument('--policy', type=Path, required=True, help='checkpoint directory from calf train')
     parser.add_argument('--network', default='sim_clean', help='profile name, YAML path or trace bag')
-    parser.add_argument('--mode', choices=('sim', 'ros'), default='sim')
+    parser.add_argument('--mode', choices=('sim', 'ros'), default='sim',
+                        help='sim: virtual time (NetworkedEnv); ros: env node, shim and policy node over DDS')
     parser.add_argument('--episodes', type=int, default=50)
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--time-scale', type=float, default=1.0,
+                        help='ros mode: run the graph this many times faster than real time; latencies are '
+                             'reported in the profile\'s units')
     parser.add_argument('--json', action='store_true', help='print one JSON object')
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = load_profile(args.network)
-    report = evaluate_sim(args.policy, profile, args.episodes, args.seed)
+    if args.mode == 'ros':
+        from calf_bringup.ros_eval import evaluate_ros  # imports rclpy: only when the graph is wanted
+
+        report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr)
+    else:
+        report = {**evaluate_sim(args.policy, load_profile(args.network), args.episodes, args.seed),
+                  'time_scale': None}  # virtual time: no wall clock to scale
     if args.json:
         print(json.dumps(report))
     else:

@@ -12,3 +12,7 @@ class ConfigError(CalfError):
 
 class MessageError(CalfError):
     """A received message is malformed or out of range; the message says which field."""
+
+
+class TraceError(CalfError):
+    """A trace bag is missing, unreadable, truncated or holds no trace; the message names the bag."""

@@ -1,0 +1,195 @@
+"""Release-time accuracy of the shim node at a sustained message rate, and the latency it adds.
+
+The shim runs in its own process with a fixed-delay profile (20 ms each way). This process
+publishes Observations at ``--rate`` Hz to both ``edge/observation`` (through the shim) and
+``direct/observation`` (no shim), and receives both. Measured per run:
+
+- release error: the shim's actual publish time minus the release time its Relay planned;
+- shim path: receive time minus send stamp minus the configured delay;
+- direct path: receive time minus send stamp;
+- added latency: p50 shim path minus p50 direct path (target <= 1 ms).
+
+Times come from CLOCK_MONOTONIC, shared by both processes. The first second is warm-up.
+
+    python bench/bench_shim.py [--rate 1000] [--seconds 10] [--repeats 3] [--delay-ms 20]
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+TARGET_MS = 1.0
+
+
+class RunResult(NamedTuple):
+    release_err_ms: np.ndarray  # shim publish time - planned release time
+    shim_excess_ms: np.ndarray  # receive - stamp - configured delay, via the shim
+    direct_ms: np.ndarray  # receive - stamp, direct
+    sent: int
+    lost_shim: int
+    lost_direct: int
+
+
+class TimedPublisher:
+    """Wraps a publisher and records the monotonic time of every publish call."""
+
+    def __init__(self, publisher: Any, times_s: list[float]) -> None:
+        self._publisher, self._times_s = publisher, times_s
+
+    def publish(self, data: bytes) -> None:
+        self._times_s.append(time.monotonic_ns() / 1e9)
+        self._publisher.publish(data)
+
+
+def run_shim(profile: str, ready: Any, stop: Any, conn: Any) -> None:
+    """Child process: an instrumented ShimNode; sends (planned, published) uplink times when stopped."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from calf_shim.shim_node import ShimNode
+
+    rclpy.init()
+    node = ShimNode(parameter_overrides=[Parameter('network', value=profile)])
+    planned: list[float] = []
+    published: list[float] = []
+    route = node.routes[0]
+    submit = route.relay.submit
+
+    def recording_submit(now_s: float, item: bytes, size_bytes: int) -> list[float]:
+        releases = submit(now_s, item, size_bytes)
+        planned.extend(releases)
+        return releases
+
+    route.relay.submit = recording_submit
+    route.publisher = TimedPublisher(route.publisher, published)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    ready.set()
+    try:
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    conn.send((planned, published))
+
+
+def send_loop(pubs: list[Any], msg_type: type, rate: float, n: int) -> None:
+    """Publish n messages at `rate` Hz on each publisher, stamped just before each publish."""
+    from calf_shim.conversions import time_msg
+
+    start = time.monotonic() + 0.05
+    for i in range(n):
+        wait = start + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        for pub in pubs:
+            msg = msg_type(seq=i)
+            msg.header.stamp = time_msg(time.monotonic_ns())
+            pub.publish(msg)
+
+
+def run_once(profile: str, delay_ms: float, rate: float, seconds: float) -> RunResult:
+    import rclpy
+    from calf_msgs.msg import Observation
+    from rclpy.executors import SingleThreadedExecutor
+
+    from calf_shim.conversions import time_ns
+
+    ctx = mp.get_context('spawn')
+    ready, stop = ctx.Event(), ctx.Event()
+    parent_conn, child_conn = ctx.Pipe()
+    child = ctx.Process(target=run_shim, args=(profile, ready, stop, child_conn))
+    child.start()
+    rclpy.init()
+    node = rclpy.create_node('bench_shim')
+    arrivals: dict[str, dict[int, float]] = {'shim': {}, 'direct': {}}
+
+    def receiver(path: str):
+        def on_msg(msg: Observation) -> None:
+            arrivals[path][msg.seq] = (time.monotonic_ns() - time_ns(msg.header.stamp)) / 1e6
+        return on_msg
+
+    pubs = [node.create_publisher(Observation, topic, 10) for topic in ('edge/observation', 'direct/observation')]
+    node.create_subscription(Observation, 'desktop/observation', receiver('shim'), 10)
+    node.create_subscription(Observation, 'direct/observation', receiver('direct'), 10)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        ready.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (pubs[0].get_subscription_count() and
+                                                   node.count_publishers('desktop/observation')):
+            executor.spin_once(timeout_sec=0.05)
+        n, warm = int(rate * (seconds + 1)), int(rate)
+        sender = threading.Thread(target=send_loop, args=(pubs, Observation, rate, n))
+        sender.start()
+        while sender.is_alive() or len(arrivals['shim']) < n and time.monotonic() < deadline + seconds + 40:
+            executor.spin_once(timeout_sec=0.05)
+            if not sender.is_alive() and time.monotonic() > deadline:
+                deadline = time.monotonic() + 2 * delay_ms / 1e3 + 1.0  # drain what is still in flight
+        sender.join()
+    finally:
+        stop.set()
+        planned, published = parent_conn.recv()
+        child.join()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    measured = [seq for seq in range(warm, n)]
+    shim = np.array([arrivals['shim'][s] - delay_ms for s in measured if s in arrivals['shim']])
+    direct = np.array([arrivals['direct'][s] for s in measured if s in arrivals['direct']])
+    k = min(len(planned), len(published))
+    release_err = (np.array(published[warm:k]) - np.array(planned[warm:k])) * 1e3
+    return RunResult(release_err, shim, direct, len(measured), len(measured) - len(shim), len(measured) - len(direct))
+
+
+def pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float('nan')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--rate', type=float, default=1000.0)
+    parser.add_argument('--seconds', type=float, default=10.0)
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--delay-ms', type=float, default=20.0)
+    args = parser.parse_args()
+    os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = Path(tmp) / 'bench_fixed.yaml'
+        profile.write_text(f'reorder: false\nuplink:\n  - {{model: fixed_delay, latency_ms: {args.delay_ms}}}\n'
+                           'downlink: same\n')
+        runs = [run_once(str(profile), args.delay_ms, args.rate, args.seconds) for _ in range(args.repeats)]
+    rows = {
+        'release error (publish - planned)': [r.release_err_ms for r in runs],
+        f'shim path (recv - stamp - {args.delay_ms:g} ms)': [r.shim_excess_ms for r in runs],
+        'direct path (recv - stamp)': [r.direct_ms for r in runs],
+    }
+    print(f'shim bench: {args.rate:g} msg/s for {args.seconds:g} s (+1 s warm-up), fixed {args.delay_ms:g} ms, '
+          f'{args.repeats} runs; medians over runs, ms')
+    print(f'{"metric":<40} {"p50":>8} {"p99":>8} {"max":>8}')
+    for name, samples in rows.items():
+        p50, p99, top = (statistics.median(pct(s, q) for s in samples) for q in (50, 99, 100))
+        print(f'{name:<40} {p50:8.3f} {p99:8.3f} {top:8.3f}')
+    added = statistics.median(pct(r.shim_excess_ms, 50) - pct(r.direct_ms, 50) for r in runs)
+    release_p99 = statistics.median(pct(r.release_err_ms, 99) for r in runs)
+    print(f'{"shim added p50 latency vs direct":<40} {added:8.3f}   ratio to {TARGET_MS:g} ms target: '
+          f'{added / TARGET_MS:.2f}')
+    print(f'{"release error p99":<40} {release_p99:8.3f}   ratio to {TARGET_MS:g} ms target: '
+          f'{release_p99 / TARGET_MS:.2f}')
+    print('lost per run (shim / direct): ' + ', '.join(f'{r.lost_shim}/{r.lost_direct} of {r.sent}' for r in runs))
+
+
+if __name__ == '__main__':
+    main()

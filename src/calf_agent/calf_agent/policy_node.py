@@ -1,0 +1,109 @@
+"""The policy node: answers each observation on ``observation`` with a plan on ``action``.
+
+The decisions are ``calf_agent.policy_runner.PolicyRunner``'s: newest observation only, the
+trainer's features, recurrent state per episode. ``compute_ms`` in each Action is the time from
+the observation's arrival in the callback to the action's publication, on the steady clock.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import rclpy
+from calf_msgs.msg import Action, Observation
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.clock import Clock, ClockType
+from rclpy.exceptions import ParameterException
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+
+from calf_agent.policy_runner import PolicyRunner
+from calf_shim.conversions import msg_to_obs, plan_to_msg
+from calf_shim.errors import CalfError, ConfigError, MessageError
+from calf_shim.qos import STREAM, QosConfig
+
+PARAMETERS: dict[str, tuple[Any, str]] = {
+    'policy': ('', 'checkpoint directory (policy.safetensors and meta.json), as written by calf train'),
+    'deterministic': (True, 'take the most likely action; false samples from the policy'),
+    'source': ('policy', 'name written into Action.source'),
+    'qos_reliability': (STREAM.reliability, 'QoS reliability of observation/action: best_effort or reliable'),
+    'qos_durability': (STREAM.durability, 'QoS durability of observation/action: volatile or transient_local'),
+    'qos_depth': (1, 'QoS history depth of observation/action; 1 keeps only the newest observation'),
+}
+
+
+@dataclass(frozen=True)
+class PolicyNodeConfig:
+    policy: str
+    deterministic: bool
+    source: str
+    qos: QosConfig
+
+    @classmethod
+    def from_node(cls, node: Node) -> PolicyNodeConfig:
+        """Declare every parameter on ``node``, read them once and validate them."""
+        try:
+            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
+                description=text, read_only=True)).value for name, (default, text) in PARAMETERS.items()}
+        except ParameterException as err:
+            raise ConfigError(' '.join(str(err).split())) from None
+        if not p['policy']:
+            raise ConfigError('no policy given: pass --ros-args -p policy:=CHECKPOINT_DIR')
+        qos = QosConfig(p['qos_reliability'], p['qos_durability'], p['qos_depth'])
+        qos.profile()
+        return cls(p['policy'], p['deterministic'], p['source'], qos)
+
+
+class PolicyNode(Node):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__('policy', **kwargs)
+        self.config = cfg = PolicyNodeConfig.from_node(self)
+        self.runner = runner = PolicyRunner.from_checkpoint(cfg.policy, cfg.deterministic)
+        self.received = self.rejected = self.acted = 0
+        self._clock = Clock(clock_type=ClockType.STEADY_TIME)
+        self._action_pub = self.create_publisher(Action, 'action', cfg.qos.profile())
+        self.create_subscription(Observation, 'observation', self._on_observation, cfg.qos.profile())
+        self.get_logger().info(
+            f'policy {cfg.policy} ({runner.env or "env not recorded"}): {runner.obs_size} observation values, '
+            f'{runner.n_actions} actions, plan horizon {runner.plan_horizon}, '
+            f'{"deterministic" if cfg.deterministic else "sampling"}')
+
+    def _on_observation(self, msg: Observation) -> None:
+        start_ns = self._clock.now().nanoseconds
+        self.received += 1
+        try:
+            obs = msg_to_obs(msg, self.runner.obs_size)
+        except MessageError as err:
+            self.rejected += 1
+            self.get_logger().warning(f'rejected observation ({self.rejected} so far): {err}',
+                                      throttle_duration_sec=1.0)
+            return
+        plan = self.runner.on_observation(obs.episode, obs.seq, obs.obs, obs.terminated or obs.truncated)
+        if plan is None:
+            return
+        end_ns = self._clock.now().nanoseconds
+        self._action_pub.publish(plan_to_msg(obs, plan, self.config.source, (end_ns - start_ns) / 1e6, end_ns))
+        self.acted += 1
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = PolicyNode()
+        rclpy.spin(node)
+    except CalfError as err:
+        print(f'policy_node: error: {err}', file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

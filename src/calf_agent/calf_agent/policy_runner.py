@@ -1,0 +1,81 @@
+"""The policy side of the timing rules, without ROS: observation in, plan out.
+
+``PolicyRunner`` is what the policy node calls for every observation it receives. It applies
+the ``ObservationGate`` (act on the newest observation only; a terminal one ends the episode
+without an action), builds the same features the trainer's ``HistoryWrapper`` builds, and keeps
+the LSTM state, both reset when a new episode starts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from calf_agent.checkpoint import load_checkpoint
+from calf_agent.errors import CheckpointError
+from calf_agent.policies import Agent
+from calf_agent.representation import HistoryFeatures, Representation
+from calf_shim.timing import ObservationGate
+
+
+class PolicyRunner:
+    """Turns received observations into plans for one agent, episode by episode."""
+
+    def __init__(self, agent: Agent, meta: Mapping[str, Any], deterministic: bool = True) -> None:
+        self.agent, self.deterministic = agent, deterministic
+        self.env = str(meta.get('env', ''))
+        self.rep = _representation(meta)
+        self.n_actions, self.plan_horizon = int(agent.n_actions), int(agent.plan_horizon)
+        if int(meta.get('plan_horizon', self.plan_horizon)) != self.plan_horizon:
+            raise CheckpointError(f'meta plan_horizon {meta["plan_horizon"]} differs from the agent\'s '
+                                  f'{self.plan_horizon}')
+        self.obs_size = _obs_size(agent, self.rep)
+        self._gate = ObservationGate()
+        self._history = HistoryFeatures(self.rep, self.obs_size, self.n_actions)
+        self._state: Any = None
+        self._last_sent = 0
+
+    @classmethod
+    def from_checkpoint(cls, ckpt_dir: Path | str, deterministic: bool = True) -> PolicyRunner:
+        """Load ``ckpt_dir``; raises CheckpointError with a one-line reason."""
+        agent, meta = load_checkpoint(ckpt_dir)
+        return cls(agent, meta, deterministic)
+
+    def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool) -> list[int] | None:
+        """The plan (H actions) answering this observation, or None when it is not acted on.
+
+        ``terminated`` means the episode ended at this observation (terminated or truncated).
+        Observations no newer than the last one acted on are skipped.
+        """
+        obs = np.asarray(obs, dtype=np.float32).reshape(-1)
+        if obs.size != self.obs_size:
+            raise ValueError(f'observation has {obs.size} values, the policy expects {self.obs_size}')
+        new_episode = self._gate.is_new_episode(episode)
+        if not self._gate.admit(episode, seq) or terminated:
+            return None
+        if new_episode:
+            features, self._state = self._history.reset(obs), None
+        else:
+            features = self._history.update(obs, self._last_sent)
+        actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic)
+        plan = [int(a) for a in np.asarray(actions).reshape(-1)]
+        self._last_sent = plan[0]
+        return plan
+
+
+def _representation(meta: Mapping[str, Any]) -> Representation:
+    """The checkpoint's frame stack and action history (default: the plain observation)."""
+    try:
+        return Representation(**meta.get('representation', {}))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f'meta representation {meta.get("representation")!r} is invalid: {exc}') from None
+
+
+def _obs_size(agent: Agent, rep: Representation) -> int:
+    """Size of one raw observation, recovered from the agent's input size and the representation."""
+    frames_part = int(agent.obs_dim) - rep.actions * int(agent.n_actions)
+    if frames_part <= 0 or frames_part % rep.frames:
+        raise CheckpointError(f'agent input size {agent.obs_dim} does not fit representation {rep.as_dict()} '
+                              f'with {agent.n_actions} actions')
+    return frames_part // rep.frames

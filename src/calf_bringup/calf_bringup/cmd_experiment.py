@@ -1,0 +1,44 @@
+"""``calf experiment table4|table5|table6|table9|all``: reproduce the paper's tables."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from calf_bringup.experiment import run_table, write_outputs
+from calf_bringup.experiment_report import write_results_readme
+from calf_bringup.experiment_specs import TABLES
+from calf_bringup.table9 import run_table9
+
+CHOICES = (*TABLES, 'table9', 'all')
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser('experiment', help='reproduce a table of the paper (CSV, Markdown, JSON, PNG)')
+    parser.add_argument('name', choices=CHOICES)
+    parser.add_argument('--seeds', type=int, default=10, help='training seeds per row')
+    parser.add_argument('--episodes', type=int, default=50, help='evaluation episodes per seed and column')
+    parser.add_argument('--steps', type=int, help='PPO steps per seed (default: per table)')
+    parser.add_argument('--workers', type=int, help='parallel jobs (default: one per core)')
+    parser.add_argument('--out', type=Path, default=Path('results'))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1 or args.episodes < 1:
+        raise SystemExit('calf experiment: error: --seeds and --episodes must be >= 1')
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
+    names = [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
+    for name in names:
+        started = time.time()
+        if name == 'table9':
+            written = run_table9(args.out, episodes=max(1, args.episodes // 10), command=command, started=started)
+        else:
+            result = run_table(TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)
+            written = write_outputs(result, args.out, command, started)
+        print(f'{name}: wrote ' + ', '.join(str(p) for p in written))
+    print(f'summary: {write_results_readme(args.out)}')
+    return 0

@@ -1,0 +1,30 @@
+"""``calf run``: start a deployment mode's node graph as processes, without the launch system."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from calf_bringup.graph import MODES, ROLES, build_graph
+from calf_bringup.runner import run_graph
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser('run', help='run the node graph of a deployment mode (same graph as the launch files)')
+    parser.add_argument('mode', choices=MODES, help='local_sim, sim_net (through the shim) or edge_sim')
+    parser.add_argument('--role', choices=ROLES, default='all',
+                        help='edge: env (+ shim); desktop: policy; all: both on this machine')
+    parser.add_argument('--network', default='sim_clean', help='shim profile name or YAML path')
+    parser.add_argument('--policy', type=Path, help='checkpoint directory from calf train (needed unless --role edge)')
+    parser.add_argument('--env', default='cartpole', help='cartpole or minigrid')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID of every node (default: inherited)')
+    parser.add_argument('--discovery', help='localhost|subnet|off|system_default, or a Fast DDS XML profile')
+    parser.add_argument('--time-scale', type=float, default=1.0, help='run this many times faster than real time')
+    parser.add_argument('--episodes', type=int, default=0, help='stop after this many episodes (0: run until Ctrl-C)')
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    specs = build_graph(args.mode, args.role, args.network, args.policy, args.env, args.seed, args.time_scale,
+                        args.episodes, args.discovery)
+    return run_graph(specs, args.domain_id)

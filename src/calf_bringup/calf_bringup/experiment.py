@@ -1,0 +1,147 @@
+"""The experiment harness: train every row × seed, evaluate every column, write tables and plots.
+
+Every training run and every evaluation is cached under ``OUT/cache/`` under a key naming its
+configuration, so an interrupted experiment resumes where it stopped. Runs go to a process pool,
+one job per core.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from calf_bringup.experiment_specs import Row, TableSpec
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    env: str
+    row: Row
+    seed: int
+    steps: int
+
+    @property
+    def key(self) -> str:
+        return f'{self.env}-{self.row.network}-h{self.row.plan_horizon}-{self.steps}steps-seed{self.seed}'
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    train: TrainJob
+    network: str
+    episodes: int
+
+    @property
+    def key(self) -> str:
+        return f'{self.train.key}--{self.network}-{self.episodes}ep'
+
+
+def run_train(job: TrainJob, cache: Path) -> Path:
+    """Train one checkpoint unless it is cached; written to a temporary folder, then renamed."""
+    from calf_agent.regimes import train_policy
+    final = cache / 'train' / job.key
+    if (final / 'meta.json').is_file():
+        return final
+    partial = final.with_name(final.name + '.partial')
+    shutil.rmtree(partial, ignore_errors=True)
+    train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name,
+                 plan_horizon=job.row.plan_horizon, progress=False)
+    partial.rename(final)
+    return final
+
+
+def run_eval(job: EvalJob, cache: Path) -> dict[str, Any]:
+    """Evaluate one cached checkpoint under one profile, in virtual time; cached as JSON."""
+    from calf_agent.evaluate import evaluate_sim
+    from calf_shim.profiles import load_profile
+    path = cache / 'eval' / f'{job.key}.json'
+    if path.is_file():
+        return json.loads(path.read_text())
+    report = evaluate_sim(cache / 'train' / job.train.key, load_profile(job.network), job.episodes,
+                          seed=10_000 + job.train.seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report))
+    return report
+
+
+def _worker_init() -> None:
+    import torch
+    torch.set_num_threads(1)
+
+
+def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: int | None = None,
+              steps: int | None = None) -> dict[str, Any]:
+    """Train and evaluate everything ``spec`` needs; return per-seed metrics by row and column."""
+    cache = out / 'cache'
+    trains = [TrainJob(spec.env, row, seed, steps or spec.steps) for row in spec.rows for seed in range(seeds)]
+    evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
+    workers = workers or os.cpu_count() or 1
+    reports: dict[str, dict[str, Any]] = {}
+    with ProcessPoolExecutor(workers, initializer=_worker_init) as pool, \
+            tqdm(total=len(trains) + len(evals), desc=spec.name, unit='job') as bar:
+        pending: dict[Future, Callable[[Any], None]] = {}
+        evals_by_train = {t.key: [e for e in evals if e.train == t] for t in trains}
+
+        def on_trained(job: TrainJob) -> Callable[[Any], None]:
+            def done(_: Any) -> None:
+                for ev in evals_by_train[job.key]:
+                    pending[pool.submit(run_eval, ev, cache)] = on_evaluated(ev)
+            return done
+
+        def on_evaluated(job: EvalJob) -> Callable[[Any], None]:
+            return lambda report: reports.__setitem__(job.key, report)
+
+        for job in trains:
+            pending[pool.submit(run_train, job, cache)] = on_trained(job)
+        while pending:
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for future in finished:
+                pending.pop(future)(future.result())
+                bar.update(1)
+    return collect(spec, trains, evals, reports)
+
+
+def collect(spec: TableSpec, trains: list[TrainJob], evals: list[EvalJob],
+            reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per-seed metric values, plus mean and std across seeds, for every row and column."""
+    cells: dict[str, dict[str, Any]] = {}
+    for row in spec.rows:
+        cells[row.name] = {}
+        for col in spec.columns:
+            values = [reports[e.key][spec.metric] * spec.scale for e in evals
+                      if e.train.row == row and e.network == col.network]
+            latency = [reports[e.key]['e2e_latency_ms']['p50'] for e in evals
+                       if e.train.row == row and e.network == col.network]
+            cells[row.name][col.name] = {
+                'per_seed': values, 'mean': float(np.mean(values)),
+                'std': float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+                'e2e_p50_ms_median': float(np.median([x for x in latency if x is not None] or [np.nan]))}
+    return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'metric': spec.metric,
+            'seeds': len({t.seed for t in trains}), 'episodes': evals[0].episodes,
+            'steps': trains[0].steps, 'columns': [c.name for c in spec.columns], 'cells': cells,
+            'paper': spec.paper}
+
+
+def write_outputs(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
+    """CSV, Markdown, JSON and a Figure-3-style PNG for one table."""
+    from calf_bringup.experiment_report import write_bar_chart, write_csv, write_markdown
+    result = {**result, 'command': command, 'run_time_s': round(time.time() - started, 1),
+              'versions': _versions()}
+    name = result['table']
+    json_path = out / f'{name}.json'
+    json_path.write_text(json.dumps(result, indent=1))
+    return [json_path, write_csv(result, out / f'{name}.csv'), write_markdown(result, out / f'{name}.md'),
+            write_bar_chart(result, out / f'{name}.png')]
+
+
+def _versions() -> dict[str, str]:
+    from calf_agent.checkpoint import git_revision, versions
+    return {**versions(), 'git': git_revision()}

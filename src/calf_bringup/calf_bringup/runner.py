@@ -1,0 +1,211 @@
+"""Run a node graph as plain processes, without the launch system (``calf run``, ``calf eval --mode ros``).
+
+Each node runs in its own process group, so that a Ctrl-C in the terminal reaches only this
+runner, which then stops every node the same way: SIGINT, a bounded wait, then SIGKILL.
+Output is forwarded line by line with a ``[name]`` prefix.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Iterable, NamedTuple, TextIO
+
+from calf_shim.errors import ConfigError
+
+from calf_bringup.graph import NodeSpec, command_line
+
+STOP_TIMEOUT_S = 10.0
+TAIL_LINES = 40
+
+
+class NodeExit(NamedTuple):
+    name: str
+    code: int  # negative: killed by that signal
+    stopped: bool  # True when the runner stopped it, False when it exited on its own
+
+
+class _Child:
+    """One running node: its process, the thread that forwards its output, its last lines."""
+
+    def __init__(self, spec: NodeSpec, process: subprocess.Popen) -> None:
+        self.spec, self.process = spec, process
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.stopped = False  # the runner stopped it
+        self.finished = False  # it exited and its output was read to the end
+        self.reader: threading.Thread | None = None
+
+
+class Graph:
+    """Start ``specs`` as processes on entry, stop them all on exit.
+
+    ``with Graph(specs) as graph: graph.wait_for_exit('env', 60)``. ``output`` receives every
+    node's lines (None: keep only each node's last lines, see ``tail``).
+    """
+
+    def __init__(self, specs: Iterable[NodeSpec], domain_id: int | None = None, output: TextIO | None = sys.stdout,
+                 install_root: Path | str | None = None, stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+        self.specs = list(specs)
+        self.domain_id, self.output = domain_id, output
+        self.install_root, self.stop_timeout_s = install_root, stop_timeout_s
+        self.exits: list[NodeExit] = []
+        self._children: dict[str, _Child] = {}
+        self._lock = threading.Condition()
+
+    def __enter__(self) -> Graph:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start every node of ``specs``; on a failure, stop the ones already started and re-raise."""
+        try:
+            for spec in self.specs:
+                self._start(spec)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, spec: NodeSpec) -> None:
+        if spec.name in self._children:
+            raise ConfigError(f'two nodes are named {spec.name!r}: node names must be unique')
+        argv = command_line(spec, self.install_root or _install_root(spec.package))
+        if not os.access(argv[0], os.X_OK):
+            raise ConfigError(f'node executable {argv[0]} not found: run scripts/bootstrap.sh (colcon build)')
+        env = {**os.environ, **spec.additional_env, 'PYTHONUNBUFFERED': '1'}
+        if self.domain_id is not None:
+            env['ROS_DOMAIN_ID'] = str(self.domain_id)
+        process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, errors='replace', process_group=0)
+        child = self._children[spec.name] = _Child(spec, process)
+        child.reader = threading.Thread(target=self._forward, args=(child,), name=f'out-{spec.name}', daemon=True)
+        child.reader.start()
+
+    def _forward(self, child: _Child) -> None:
+        """Copy the node's output with a ``[name]`` prefix until it closes, then record its exit."""
+        assert child.process.stdout is not None
+        for line in child.process.stdout:
+            child.tail.append(line.rstrip('\n'))
+            self._say(f'[{child.spec.name}] {line.rstrip()}')
+        child.process.wait()
+        with self._lock:
+            child.finished = True
+            self._lock.notify_all()
+
+    def _say(self, text: str) -> None:
+        if self.output is not None:
+            with self._lock:
+                print(text, file=self.output, flush=True)
+
+    def returncode(self, name: str) -> int | None:
+        """The exit code of node ``name``, or None while it runs."""
+        return self._child(name).process.poll()
+
+    def tail(self, name: str) -> list[str]:
+        """The last lines node ``name`` printed."""
+        return list(self._child(name).tail)
+
+    def wait_for_exit(self, name: str, timeout: float | None = None) -> int | None:
+        """Wait until node ``name`` exits; its exit code, or None on timeout."""
+        try:
+            return self._child(name).process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait_any(self, timeout: float | None = None) -> str | None:
+        """Wait until some node has exited; its name, or None on timeout."""
+        def exited() -> str | None:
+            return next((name for name, child in self._children.items() if child.finished), None)
+
+        with self._lock:
+            self._lock.wait_for(lambda: exited() is not None, timeout)
+        return exited()
+
+    def stop(self) -> list[NodeExit]:
+        """SIGINT every running node, SIGKILL those still running after the timeout; report each exit."""
+        running = [child for child in self._children.values() if child.process.poll() is None]
+        for child in running:
+            child.stopped = True
+            _signal_group(child.process, signal.SIGINT)
+        try:
+            self._wait_all(running, self.stop_timeout_s)
+        except KeyboardInterrupt:
+            self._say('[calf] interrupted again: killing the nodes')
+        for child in running:
+            if child.process.poll() is None:
+                self._say(f'[calf] {child.spec.name} ignored SIGINT for {self.stop_timeout_s:g} s: SIGKILL')
+                _signal_group(child.process, signal.SIGKILL)
+        self._wait_all(running, None)
+        self._record_exits()
+        return self.exits
+
+    def _wait_all(self, children: list[_Child], timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for child in children:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                child.process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                return
+            if child.reader is not None:
+                child.reader.join(remaining)
+
+    def _record_exits(self) -> None:
+        reported = {exit_.name for exit_ in self.exits}
+        for name, child in self._children.items():
+            if name not in reported:
+                exit_ = NodeExit(name, child.process.returncode, child.stopped)
+                self.exits.append(exit_)
+                how = 'stopped' if exit_.stopped else 'exited'
+                self._say(f'[calf] {name} {how} with code {exit_.code}')
+
+    def _child(self, name: str) -> _Child:
+        try:
+            return self._children[name]
+        except KeyError:
+            raise ConfigError(f'no node {name!r} in this graph (nodes: {", ".join(self._children)})') from None
+
+
+def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextIO = sys.stdout) -> int:
+    """Run until a node exits or Ctrl-C / SIGTERM arrives, then stop them all.
+
+    Returns 0 when no node failed on its own, else 1. Ctrl-C and SIGTERM raise KeyboardInterrupt
+    once every node has been stopped.
+    """
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with Graph(specs, domain_id, output) as graph:
+            print(f'[calf] running {", ".join(spec.name for spec in specs)}; Ctrl-C stops them', file=output)
+            graph.wait_any()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return int(any(exit_.code != 0 and not exit_.stopped for exit_ in graph.exits))
+
+
+def _install_root(package: str) -> Path:
+    """The colcon install directory holding ``package`` (``<root>/<package>/lib/<package>``)."""
+    from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+
+    try:
+        return Path(get_package_prefix(package)).parent
+    except PackageNotFoundError:
+        raise ConfigError(f'package {package!r} is not installed: run scripts/bootstrap.sh and source env.sh') \
+            from None
+
+
+def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,110 @@
+"""The graph builder: exact nodes, parameters and remappings per mode and role; command lines."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from calf_bringup.graph import NodeSpec, build_graph, command_line, discovery_env, param_text
+from calf_shim.errors import ConfigError
+
+ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
+              ('episode_result', '/calf/edge/episode_result'), ('link_stats', '/calf/edge/link_stats')]
+EDGE_POLICY = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action')]
+DESKTOP_POLICY = [('observation', '/calf/desktop/observation'), ('action', '/calf/desktop/action')]
+
+
+def env_node(seed: int = 0, time_scale: float = 1.0, episodes: int = 0) -> NodeSpec:
+    return NodeSpec('calf_env', 'env_node', 'env', '/calf',
+                    {'env': 'cartpole', 'seed': seed, 'time_scale': time_scale, 'episodes': episodes},
+                    ENV_REMAPS, 'edge', {})
+
+
+def shim_node(network: str, seed: int = 0, time_scale: float = 1.0) -> NodeSpec:
+    return NodeSpec('calf_shim', 'shim_node', 'shim', '/calf',
+                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', {})
+
+
+def policy_node(remaps: list[tuple[str, str]]) -> NodeSpec:
+    return NodeSpec('calf_agent', 'policy_node', 'policy', '/calf', {'policy': '/ckpt', 'deterministic': True},
+                    remaps, 'desktop', {})
+
+
+@pytest.mark.parametrize('mode, role, network, expected', [
+    ('local_sim', 'all', 'sim_clean', [env_node(), policy_node(EDGE_POLICY)]),
+    ('local_sim', 'edge', 'sim_clean', [env_node()]),
+    ('local_sim', 'desktop', 'sim_clean', [policy_node(EDGE_POLICY)]),
+    ('sim_net', 'all', 'wifi_normal', [env_node(), shim_node('wifi_normal'), policy_node(DESKTOP_POLICY)]),
+    ('sim_net', 'all', 'sim_clean', [env_node(), shim_node('sim_clean'), policy_node(DESKTOP_POLICY)]),
+    ('sim_net', 'edge', 'wifi_normal', [env_node(), shim_node('wifi_normal')]),
+    ('sim_net', 'desktop', 'wifi_normal', [policy_node(DESKTOP_POLICY)]),
+    ('edge_sim', 'all', 'sim_clean', [env_node(), policy_node(EDGE_POLICY)]),
+    ('edge_sim', 'edge', 'sim_clean', [env_node()]),
+    ('edge_sim', 'desktop', 'sim_clean', [policy_node(EDGE_POLICY)]),
+    ('edge_sim', 'all', 'wifi_degraded', [env_node(), shim_node('wifi_degraded'), policy_node(DESKTOP_POLICY)]),
+    ('edge_sim', 'edge', 'wifi_degraded', [env_node(), shim_node('wifi_degraded')]),
+    ('edge_sim', 'desktop', 'wifi_degraded', [policy_node(DESKTOP_POLICY)]),
+])
+def test_nodes_per_mode_and_role(mode: str, role: str, network: str, expected: list[NodeSpec]) -> None:
+    assert build_graph(mode, role, network, policy='/ckpt') == expected
+
+
+def test_seed_time_scale_and_episodes_reach_env_and_shim() -> None:
+    nodes = build_graph('sim_net', network='delay_only', policy='/ckpt', seed=7, time_scale=4, episodes=3)
+    assert nodes == [env_node(7, 4.0, 3), shim_node('delay_only', 7, 4.0), policy_node(DESKTOP_POLICY)]
+    assert isinstance(nodes[0].parameters['time_scale'], float)
+
+
+def test_every_node_gets_the_discovery_environment() -> None:
+    nodes = build_graph('sim_net', policy='/ckpt', discovery='subnet')
+    assert [node.additional_env for node in nodes] == [{'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SUBNET'}] * 3
+
+
+def test_discovery_xml_profile_is_an_absolute_path() -> None:
+    env = discovery_env('peers.xml')
+    assert env['FASTDDS_DEFAULT_PROFILES_FILE'].endswith('/peers.xml')
+    assert env['FASTDDS_DEFAULT_PROFILES_FILE'].startswith('/')
+    assert env['FASTRTPS_DEFAULT_PROFILES_FILE'] == env['FASTDDS_DEFAULT_PROFILES_FILE']
+    assert discovery_env(None) == discovery_env('') == {}
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    ({'mode': 'mode4'}, "unknown mode 'mode4': choose one of local_sim, sim_net, edge_sim"),
+    ({'mode': 'sim_net', 'role': 'robot'}, "unknown role 'robot': choose one of all, edge, desktop"),
+    ({'mode': 'sim_net', 'policy': None}, 'the policy node needs a checkpoint'),
+    ({'mode': 'local_sim', 'network': 'wifi_normal'}, "local_sim has no network (got 'wifi_normal')"),
+    ({'mode': 'sim_net', 'time_scale': 0}, 'time_scale must be > 0, got 0'),
+    ({'mode': 'sim_net', 'episodes': -1}, 'episodes must be >= 0, got -1'),
+    ({'mode': 'sim_net', 'discovery': 'lan'}, "unknown discovery 'lan': choose a Fast DDS *.xml profile or one of"),
+])
+def test_invalid_arguments_raise_config_error(kwargs: dict, message: str) -> None:
+    kwargs = {'policy': '/ckpt', **kwargs}
+    with pytest.raises(ConfigError) as err:
+        build_graph(**kwargs)
+    assert message in str(err.value)
+
+
+def test_edge_role_needs_no_policy() -> None:
+    assert [node.name for node in build_graph('edge_sim', 'edge', 'wifi_normal')] == ['env', 'shim']
+
+
+def test_command_line_of_each_node() -> None:
+    env, shim, policy = build_graph('sim_net', network='wifi_normal', policy='/ckpt/run 1', time_scale=2)
+    assert command_line(env, '/ws/install') == [
+        '/ws/install/calf_env/lib/calf_env/env_node', '--ros-args', '-r', '__node:=env', '-r', '__ns:=/calf',
+        '-p', 'env:=cartpole', '-p', 'seed:=0', '-p', 'time_scale:=2.0', '-p', 'episodes:=0',
+        '-r', 'observation:=/calf/edge/observation', '-r', 'action:=/calf/edge/action',
+        '-r', 'episode_result:=/calf/edge/episode_result', '-r', 'link_stats:=/calf/edge/link_stats']
+    assert command_line(shim, '/ws/install') == [
+        '/ws/install/calf_shim/lib/calf_shim/shim_node', '--ros-args', '-r', '__node:=shim', '-r', '__ns:=/calf',
+        '-p', 'network:=wifi_normal', '-p', 'seed:=0', '-p', 'time_scale:=2.0']
+    assert command_line(policy, '/ws/install') == [
+        '/ws/install/calf_agent/lib/calf_agent/policy_node', '--ros-args', '-r', '__node:=policy',
+        '-r', '__ns:=/calf', '-p', 'policy:=/ckpt/run 1', '-p', 'deterministic:=true',
+        '-r', 'observation:=/calf/desktop/observation', '-r', 'action:=/calf/desktop/action']
+
+
+@pytest.mark.parametrize('value', ['sim_clean', '/tmp/ckpt', '', '123', '1.5', 'true', 'null', 'a: b', 7, 2.5,
+                                   True, False])
+def test_param_text_parses_back_to_the_same_value(value: object) -> None:
+    parsed = yaml.safe_load(param_text(value))
+    assert parsed == value and type(parsed) is type(value)

@@ -1,0 +1,205 @@
+"""The env node and the policy node over DDS: episodes, malformed messages, restarts, exit codes.
+
+The policy is a freshly initialised agent saved with save_checkpoint: these tests are about the
+plumbing, not about learning. Every run uses time_scale 4 (a CartPole tick every 5 ms).
+"""
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ament_index_python import get_package_prefix
+from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
+from calf_agent.policy_node import PolicyNode
+from calf_env.env_node import EnvNode
+from calf_shim.qos import RESULTS, STREAM
+from calf_shim.timing import Verdict
+from ros_helpers import new_context, spin_until
+
+pytestmark = pytest.mark.ros
+SCALE = 4.0
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    return save_checkpoint(tmp_path_factory.mktemp('ckpt') / 'cartpole', MlpAgent(4, 2),
+                           {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0}})
+
+
+class Probe(Node):
+    """Records what the nodes of one namespace publish, and can publish raw actions/observations."""
+
+    def __init__(self, context: Context, namespace: str) -> None:
+        super().__init__('probe', namespace=namespace, context=context)
+        self.results: list[EpisodeResult] = []
+        self.stats: list[LinkStats] = []
+        self.observations: list[Observation] = []
+        self.actions: list[Action] = []
+        self.create_subscription(EpisodeResult, 'episode_result', self.results.append, RESULTS)
+        self.create_subscription(LinkStats, 'link_stats', self.stats.append, RESULTS)
+        self.create_subscription(Observation, 'observation', self.observations.append, STREAM.profile())
+        self.create_subscription(Action, 'action', self.actions.append, STREAM.profile())
+        self.action_pub = self.create_publisher(Action, 'action', STREAM.profile())
+        self.obs_pub = self.create_publisher(Observation, 'observation', STREAM.profile())
+
+
+class Graph:
+    """A private context and executor holding in-process nodes; destroys them on close."""
+
+    def __init__(self) -> None:
+        self.context = new_context()
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.nodes: list[Node] = []
+
+    def add(self, node: Node) -> Any:
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def remove(self, node: Node) -> None:
+        self.executor.remove_node(node)
+        self.nodes.remove(node)
+        node.destroy_node()
+
+    def until(self, condition: Any, timeout_s: float = 15.0) -> bool:
+        return spin_until(self.executor, condition, timeout_s)
+
+    def close(self) -> None:
+        for node in reversed(self.nodes):
+            node.destroy_node()
+        self.context.try_shutdown()
+
+
+def env_node(graph: Graph, namespace: str, **params: Any) -> EnvNode:
+    overrides = [Parameter(k, value=v) for k, v in {'time_scale': SCALE, **params}.items()]
+    return graph.add(EnvNode(namespace=namespace, context=graph.context, parameter_overrides=overrides))
+
+
+def policy_node(graph: Graph, namespace: str, checkpoint: Path) -> PolicyNode:
+    return graph.add(PolicyNode(namespace=namespace, context=graph.context,
+                                parameter_overrides=[Parameter('policy', value=str(checkpoint))]))
+
+
+@pytest.fixture
+def graph() -> Graph:
+    graph = Graph()
+    yield graph
+    graph.close()
+
+
+def test_env_and_policy_complete_episodes_and_survive_an_env_restart(graph: Graph, checkpoint: Path) -> None:
+    probe = graph.add(Probe(graph.context, 'a'))
+    policy = policy_node(graph, 'a', checkpoint)
+    env = env_node(graph, 'a', episodes=3)
+    assert graph.until(lambda: env.finished.is_set() and len(probe.results) == 3)
+    assert [r.episode for r in probe.results] == [0, 1, 2]
+    assert all(r.length > 0 and r.actions_applied > 0 and r.e2e_samples_ms for r in probe.results)
+    assert graph.until(lambda: any(s.delivered > 0 for s in probe.stats))
+    stats = probe.stats[-1]
+    assert stats.direction == LinkStats.DIRECTION_END_TO_END and stats.rejected == 0
+    assert stats.received >= stats.delivered > 0 and math.isfinite(stats.latency_p50_ms)
+    graph.remove(env)
+    probe.results.clear()
+    env = env_node(graph, 'a', episodes=2)  # a restarted env counts episodes from 0 again
+    assert graph.until(lambda: env.finished.is_set() and len(probe.results) == 2)
+    assert [r.episode for r in probe.results] == [0, 1]
+    assert all(r.actions_applied > 0 for r in probe.results) and policy.rejected == 0
+
+
+def test_malformed_actions_are_rejected_while_the_env_keeps_ticking(graph: Graph) -> None:
+    probe = graph.add(Probe(graph.context, 'b'))
+    env = env_node(graph, 'b', stats_period_s=0.2)
+    assert graph.until(lambda: probe.observations and probe.action_pub.get_subscription_count() > 0)
+    bad = [Action(discrete=2), Action(discrete=-1), Action(discrete=0, discrete_plan=[0, 1, 5])]
+    for n, msg in enumerate(bad, 1):
+        last = probe.observations[-1]
+        msg.episode, msg.obs_seq = last.episode, last.seq
+        probe.action_pub.publish(msg)
+        assert graph.until(lambda: env.rejected == n)
+    ticks = len(probe.observations)
+    assert graph.until(lambda: len(probe.observations) > ticks + 10 and any(s.rejected == 3 for s in probe.stats))
+    last = probe.observations[-1]
+    probe.action_pub.publish(Action(episode=last.episode, obs_seq=last.seq, discrete=1))
+    assert graph.until(lambda: env.verdicts[Verdict.ACCEPTED] + env.verdicts[Verdict.OTHER_EPISODE] == 1)
+
+
+def test_malformed_observations_are_rejected_and_the_policy_keeps_running(graph: Graph, checkpoint: Path) -> None:
+    probe = graph.add(Probe(graph.context, 'c'))
+    policy = policy_node(graph, 'c', checkpoint)
+    assert graph.until(lambda: probe.obs_pub.get_subscription_count() > 0)
+    bad = [Observation(seq=1, data=[0.0] * 3), Observation(seq=2, data=[0.0, math.nan, 0.0, 0.0]),
+           Observation(seq=3, data=[0.0] * 4, shape=[2, 3])]
+    for n, msg in enumerate(bad, 1):
+        probe.obs_pub.publish(msg)
+        assert graph.until(lambda: policy.rejected == n)
+    probe.obs_pub.publish(Observation(seq=4, data=[0.01, 0.0, -0.01, 0.0], shape=[4]))
+    assert graph.until(lambda: probe.actions)
+    action = probe.actions[0]
+    assert (action.obs_seq, action.source, policy.acted) == (4, 'policy', 1)
+    assert action.discrete in (0, 1) and action.compute_ms >= 0
+
+
+def executable(package: str, name: str) -> str:
+    return str(Path(get_package_prefix(package)) / 'lib' / package / name)
+
+
+def start(tmp_path: Path, log: str, *args: str) -> subprocess.Popen:
+    out = open(tmp_path / log, 'w')
+    return subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
+
+
+def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: Path, tmp_path: Path) -> None:
+    policy_cmd = [executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={checkpoint}',
+                  '-r', 'observation:=/d/observation', '-r', 'action:=/d/action']
+    probe = graph.add(Probe(graph.context, 'd'))
+    env = env_node(graph, 'd')
+    first = start(tmp_path, 'policy1.log', *policy_cmd)
+    second = None
+    try:
+        assert graph.until(lambda: any(r.actions_applied > 0 for r in probe.results), 30), \
+            (tmp_path / 'policy1.log').read_text()
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        killed_at = len(probe.results)
+        assert graph.until(lambda: any(r.actions_applied == 0 for r in probe.results[killed_at:]))
+        assert env.stepper.executor.newest_seq < 0  # holding: no plan reached this episode
+        second = start(tmp_path, 'policy2.log', *policy_cmd)
+        restarted_at = len(probe.results)
+        assert graph.until(lambda: any(r.actions_applied > 0 for r in probe.results[restarted_at:]), 30), \
+            (tmp_path / 'policy2.log').read_text()
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=10) == 0, (tmp_path / 'policy2.log').read_text()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    """The env exits 0 after its episodes; a missing or corrupt checkpoint is one line and exit code 2."""
+    corrupt = tmp_path / 'corrupt'
+    corrupt.mkdir()
+    (corrupt / 'meta.json').write_text('{not json')
+    env = start(tmp_path, 'env.log', executable('calf_env', 'env_node'), '--ros-args', '-p', 'episodes:=2',
+                '-p', 'time_scale:=4', '-p', 'wait_for_subscriber:=false', '-r', '__ns:=/e')
+    bad = [subprocess.run([executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={path}'],
+                          capture_output=True, text=True, timeout=60) for path in (tmp_path / 'absent', corrupt)]
+    assert env.wait(timeout=60) == 0, (tmp_path / 'env.log').read_text()
+    assert '2 episodes done' in (tmp_path / 'env.log').read_text()
+    for done, reason in zip(bad, ('no checkpoint at', 'is not valid JSON')):
+        assert done.returncode == 2 and reason in done.stderr, done.stderr
+        assert done.stderr.count('\n') == 1 and 'Traceback' not in done.stderr + done.stdout
