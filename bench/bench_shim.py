@@ -11,7 +11,7 @@ publishes Observations at ``--rate`` Hz to both ``edge/observation`` (through th
 
 Times come from CLOCK_MONOTONIC, shared by both processes. The first second is warm-up.
 
-    python bench/bench_shim.py [--rate 1000] [--seconds 10] [--repeats 3] [--delay-ms 20]
+    python bench/bench_shim.py [--rate 1000] [--seconds 10] [--repeats 3] [--delay-ms 20] [--release-priority 0]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -39,18 +39,15 @@ class RunResult(NamedTuple):
     lost_direct: int
 
 
-class TimedPublisher:
-    """Wraps a publisher and records the monotonic time of every publish call."""
-
-    def __init__(self, publisher: Any, times_s: list[float]) -> None:
-        self._publisher, self._times_s = publisher, times_s
-
-    def publish(self, data: bytes) -> None:
-        self._times_s.append(time.monotonic_ns() / 1e9)
-        self._publisher.publish(data)
+def timed(send: Callable[[bytes], None], times_s: list[float]) -> Callable[[bytes], None]:
+    """Wrap a send function so that it records the monotonic time of every call."""
+    def timed_send(data: bytes) -> None:
+        times_s.append(time.monotonic_ns() / 1e9)
+        send(data)
+    return timed_send
 
 
-def run_shim(profile: str, ready: Any, stop: Any, conn: Any) -> None:
+def run_shim(profile: str, priority: int, ready: Any, stop: Any, conn: Any) -> None:
     """Child process: an instrumented ShimNode; sends (planned, published) uplink times when stopped."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -59,19 +56,20 @@ def run_shim(profile: str, ready: Any, stop: Any, conn: Any) -> None:
     from calf_shim.shim_node import ShimNode
 
     rclpy.init()
-    node = ShimNode(parameter_overrides=[Parameter('network', value=profile)])
+    node = ShimNode(parameter_overrides=[Parameter('network', value=profile),
+                                         Parameter('release_priority', value=priority)])
     planned: list[float] = []
     published: list[float] = []
-    route = node.routes[0]
-    submit = route.relay.submit
+    (relay, send), downlink = node.releaser.outputs
+    submit = relay.submit
 
     def recording_submit(now_s: float, item: bytes, size_bytes: int) -> list[float]:
         releases = submit(now_s, item, size_bytes)
         planned.extend(releases)
         return releases
 
-    route.relay.submit = recording_submit
-    route.publisher = TimedPublisher(route.publisher, published)
+    relay.submit = recording_submit
+    node.releaser.outputs = ((relay, timed(send, published)), downlink)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     ready.set()
@@ -99,17 +97,18 @@ def send_loop(pubs: list[Any], msg_type: type, rate: float, n: int) -> None:
             pub.publish(msg)
 
 
-def run_once(profile: str, delay_ms: float, rate: float, seconds: float) -> RunResult:
+def run_once(profile: str, delay_ms: float, rate: float, seconds: float, priority: int) -> RunResult:
     import rclpy
     from calf_msgs.msg import Observation
     from rclpy.executors import SingleThreadedExecutor
 
     from calf_shim.conversions import time_ns
+    from calf_shim.qos import STREAM
 
     ctx = mp.get_context('spawn')
     ready, stop = ctx.Event(), ctx.Event()
     parent_conn, child_conn = ctx.Pipe()
-    child = ctx.Process(target=run_shim, args=(profile, ready, stop, child_conn))
+    child = ctx.Process(target=run_shim, args=(profile, priority, ready, stop, child_conn))
     child.start()
     rclpy.init()
     node = rclpy.create_node('bench_shim')
@@ -120,24 +119,21 @@ def run_once(profile: str, delay_ms: float, rate: float, seconds: float) -> RunR
             arrivals[path][msg.seq] = (time.monotonic_ns() - time_ns(msg.header.stamp)) / 1e6
         return on_msg
 
-    pubs = [node.create_publisher(Observation, topic, 10) for topic in ('edge/observation', 'direct/observation')]
-    node.create_subscription(Observation, 'desktop/observation', receiver('shim'), 10)
-    node.create_subscription(Observation, 'direct/observation', receiver('direct'), 10)
+    qos = STREAM.profile()
+    pubs = [node.create_publisher(Observation, topic, qos) for topic in ('edge/observation', 'direct/observation')]
+    node.create_subscription(Observation, 'desktop/observation', receiver('shim'), qos)
+    node.create_subscription(Observation, 'direct/observation', receiver('direct'), qos)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        ready.wait(30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (pubs[0].get_subscription_count() and
-                                                   node.count_publishers('desktop/observation')):
-            executor.spin_once(timeout_sec=0.05)
+        ready.wait(60)
+        spin_until(executor, lambda: pubs[0].get_subscription_count() > 0
+                   and node.count_publishers('desktop/observation') > 0, 30.0)
         n, warm = int(rate * (seconds + 1)), int(rate)
         sender = threading.Thread(target=send_loop, args=(pubs, Observation, rate, n))
         sender.start()
-        while sender.is_alive() or len(arrivals['shim']) < n and time.monotonic() < deadline + seconds + 40:
-            executor.spin_once(timeout_sec=0.05)
-            if not sender.is_alive() and time.monotonic() > deadline:
-                deadline = time.monotonic() + 2 * delay_ms / 1e3 + 1.0  # drain what is still in flight
+        spin_until(executor, lambda: not sender.is_alive(), seconds + 60.0)
+        spin_until(executor, lambda: min(map(len, arrivals.values())) >= n, 1.0 + 2 * delay_ms / 1e3)
         sender.join()
     finally:
         stop.set()
@@ -145,12 +141,19 @@ def run_once(profile: str, delay_ms: float, rate: float, seconds: float) -> RunR
         child.join()
         node.destroy_node()
         rclpy.try_shutdown()
-    measured = [seq for seq in range(warm, n)]
+    measured = range(warm, n)
     shim = np.array([arrivals['shim'][s] - delay_ms for s in measured if s in arrivals['shim']])
     direct = np.array([arrivals['direct'][s] for s in measured if s in arrivals['direct']])
     k = min(len(planned), len(published))
     release_err = (np.array(published[warm:k]) - np.array(planned[warm:k])) * 1e3
     return RunResult(release_err, shim, direct, len(measured), len(measured) - len(shim), len(measured) - len(direct))
+
+
+def spin_until(executor: Any, condition: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.01)
+    return condition()
 
 
 def pct(values: np.ndarray, q: float) -> float:
@@ -163,6 +166,7 @@ def main() -> None:
     parser.add_argument('--seconds', type=float, default=10.0)
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--delay-ms', type=float, default=20.0)
+    parser.add_argument('--release-priority', type=int, default=0, help="the shim's release_priority parameter")
     args = parser.parse_args()
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
@@ -170,14 +174,15 @@ def main() -> None:
         profile = Path(tmp) / 'bench_fixed.yaml'
         profile.write_text(f'reorder: false\nuplink:\n  - {{model: fixed_delay, latency_ms: {args.delay_ms}}}\n'
                            'downlink: same\n')
-        runs = [run_once(str(profile), args.delay_ms, args.rate, args.seconds) for _ in range(args.repeats)]
+        runs = [run_once(str(profile), args.delay_ms, args.rate, args.seconds, args.release_priority) for _ in range(args.repeats)]
     rows = {
         'release error (publish - planned)': [r.release_err_ms for r in runs],
         f'shim path (recv - stamp - {args.delay_ms:g} ms)': [r.shim_excess_ms for r in runs],
         'direct path (recv - stamp)': [r.direct_ms for r in runs],
     }
     print(f'shim bench: {args.rate:g} msg/s for {args.seconds:g} s (+1 s warm-up), fixed {args.delay_ms:g} ms, '
-          f'{args.repeats} runs; medians over runs, ms')
+          f'{args.repeats} runs, release_priority {args.release_priority}, load average {os.getloadavg()[0]:.1f} '
+          f'on {os.cpu_count()} CPUs; medians over runs, ms')
     print(f'{"metric":<40} {"p50":>8} {"p99":>8} {"max":>8}')
     for name, samples in rows.items():
         p50, p99, top = (statistics.median(pct(s, q) for s in samples) for q in (50, 99, 100))

@@ -23,7 +23,8 @@ from rclpy.parameter import Parameter
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_node import PolicyNode
-from calf_env.env_node import EnvNode
+from calf_env.env_node import EnvNode, next_tick
+from calf_shim.errors import ConfigError
 from calf_shim.qos import RESULTS, STREAM
 from calf_shim.timing import Verdict
 from ros_helpers import new_context, spin_until
@@ -100,6 +101,26 @@ def graph() -> Graph:
     graph.close()
 
 
+@pytest.mark.parametrize('k, elapsed_s, expected', [
+    (0, 0.001, 1),  # on time
+    (0, 0.0075, 1),  # tick 1 is due: run it now
+    (0, 0.0125, 2),  # tick 1 was missed by a whole tick: skip it
+    (3, 0.016, 4),
+])
+def test_next_tick_skips_whole_missed_deadlines(k: int, elapsed_s: float, expected: int) -> None:
+    assert next_tick(k, elapsed_s, 0.005) == expected
+
+
+def test_env_config_defaults_and_errors(graph: Graph) -> None:
+    env = env_node(graph, 'cfg', env='minigrid', time_scale=4)  # an integer is taken for a float
+    assert (env.config.dt, env.config.time_scale, env.config.tick_s) == (0.1, 4.0, 0.025)
+    assert env.config.qos.depth == STREAM.depth and env.config.episodes == 0
+    for bad, match in [({'env': 'pong'}, 'unknown env'), ({'time_scale': 0.0}, 'time_scale'),
+                       ({'episodes': -1}, 'episodes'), ({'qos_reliability': 'sometimes'}, 'reliability')]:
+        with pytest.raises(ConfigError, match=match):
+            env_node(graph, 'cfg', **bad)
+
+
 def test_env_and_policy_complete_episodes_and_survive_an_env_restart(graph: Graph, checkpoint: Path) -> None:
     probe = graph.add(Probe(graph.context, 'a'))
     policy = policy_node(graph, 'a', checkpoint)
@@ -165,7 +186,7 @@ def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: 
     policy_cmd = [executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={checkpoint}',
                   '-r', 'observation:=/d/observation', '-r', 'action:=/d/action']
     probe = graph.add(Probe(graph.context, 'd'))
-    env = env_node(graph, 'd')
+    env_node(graph, 'd')
     first = start(tmp_path, 'policy1.log', *policy_cmd)
     second = None
     try:
@@ -174,8 +195,9 @@ def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: 
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
         killed_at = len(probe.results)
-        assert graph.until(lambda: any(r.actions_applied == 0 for r in probe.results[killed_at:]))
-        assert env.stepper.executor.newest_seq < 0  # holding: no plan reached this episode
+        # a whole episode without a policy: every tick held the last action
+        assert graph.until(lambda: any(r.actions_applied == 0 and r.ticks_held == r.length > 0
+                                       for r in probe.results[killed_at:]))
         second = start(tmp_path, 'policy2.log', *policy_cmd)
         restarted_at = len(probe.results)
         assert graph.until(lambda: any(r.actions_applied > 0 for r in probe.results[restarted_at:]), 30), \

@@ -84,7 +84,7 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
 
 def discovery_env(discovery: str | None) -> dict[str, str]:
     """Environment variables that select DDS discovery: a range, or a Fast DDS XML profile file."""
-    if discovery is None or discovery == '':
+    if not discovery:
         return {}
     if discovery.endswith('.xml'):
         path = str(Path(discovery).expanduser().resolve())
@@ -118,19 +118,20 @@ def _env_node(env: str, seed: int, time_scale: float, episodes: int, extra_env: 
     topics = ('observation', 'action', 'episode_result', 'link_stats')
     return NodeSpec('calf_env', 'env_node', 'env', NAMESPACE,
                     {'env': env, 'seed': seed, 'time_scale': time_scale, 'episodes': episodes},
-                    [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', extra_env)
+                    [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', dict(extra_env))
 
 
 def _shim_node(network: str, seed: int, time_scale: float, extra_env: dict[str, str]) -> NodeSpec:
     return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE,
-                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', extra_env)
+                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', dict(extra_env))
 
 
 def _policy_node(policy: str | Path | None, topics: dict[str, str], extra_env: dict[str, str]) -> NodeSpec:
     if not policy:
         raise ConfigError('the policy node needs a checkpoint: pass a policy directory from calf train')
     return NodeSpec('calf_agent', 'policy_node', 'policy', NAMESPACE,
-                    {'policy': str(policy), 'deterministic': True}, list(topics.items()), 'desktop', extra_env)
+                    {'policy': str(policy), 'deterministic': True}, list(topics.items()), 'desktop',
+                    dict(extra_env))
 
 
 def _check_choice(kind: str, value: str, choices: tuple[str, ...], what: str = '') -> None:

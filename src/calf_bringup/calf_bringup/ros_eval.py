@@ -7,10 +7,12 @@ process listens on a private rclpy Context to ``/calf/edge/episode_result`` and
 DDS discovery gives no order: the env node starts ticking once the shim subscribes, which can be
 seconds before the shim and the policy node have matched each other. So the env node runs until
 stopped, and the evaluation counts the ``episodes`` episodes that follow the first episode in which
-an action reached the env: from then on the loop is complete. Losses are the shim's counters over
-those episodes (read from LinkStats published every ``STATS_PERIOD_S``, so exact to within one
-period at each end). Latencies are measured in real time and multiplied by ``time_scale``, so the
-report is in the profile's units whatever the speed-up.
+an action reached the env: from then on the loop is complete. Which episodes those are depends on
+discovery, so unlike sim mode a ros evaluation does not replay the same episodes for a seed.
+
+Losses are the shim's counters over the counted episodes, read from LinkStats published every
+``STATS_PERIOD_S`` (exact to within one period at each end). Latencies are measured in real time
+and multiplied by ``time_scale``, so the report is in the profile's units whatever the speed-up.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from rclpy.node import Node
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import EpisodeLog
 from calf_env.envs import env_spec, make_env
-from calf_shim.errors import CalfError
+from calf_shim.errors import CalfError, ConfigError
 from calf_shim.profiles import load_profile
 from calf_shim.qos import RESULTS
 
@@ -78,7 +80,7 @@ class _Listener:
 
 
 def evaluation_timeout_s(env: str, episodes: int, time_scale: float) -> float:
-    """Twice the longest possible run, plus a minute for start-up and shutdown."""
+    """Twice the longest possible run of ``episodes`` episodes, plus a minute of headroom."""
     spec = env_spec(env)
     gym_env = make_env(env)
     max_ticks = gym_env.spec.max_episode_steps or gym_env.unwrapped.max_steps
@@ -89,7 +91,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
                  output: TextIO | None = None) -> dict[str, Any]:
     """Run ``episodes`` episodes of the checkpoint through env node -> shim(``network``) -> policy node."""
     if episodes < 1:
-        raise CalfError(f'--episodes must be >= 1, got {episodes}')
+        raise ConfigError(f'--episodes must be >= 1, got {episodes}')
     profile = load_profile(network)
     _, meta = load_checkpoint(policy_dir)
     env_node, shim_node, policy_node = build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(),

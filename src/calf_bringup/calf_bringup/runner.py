@@ -16,6 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterable, NamedTuple, TextIO
 
+from ament_index_python.packages import PackageNotFoundError, get_package_prefix
 from calf_shim.errors import ConfigError
 
 from calf_bringup.graph import NodeSpec, command_line
@@ -191,8 +192,6 @@ def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextI
 
 def _install_root(package: str) -> Path:
     """The colcon install directory holding ``package`` (``<root>/<package>/lib/<package>``)."""
-    from ament_index_python.packages import PackageNotFoundError, get_package_prefix
-
     try:
         return Path(get_package_prefix(package)).parent
     except PackageNotFoundError:

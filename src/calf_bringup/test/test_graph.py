@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from calf_bringup import cli, cmd_run
 from calf_bringup.graph import NodeSpec, build_graph, command_line, discovery_env, param_text
 from calf_shim.errors import ConfigError
 
@@ -108,3 +109,17 @@ def test_command_line_of_each_node() -> None:
 def test_param_text_parses_back_to_the_same_value(value: object) -> None:
     parsed = yaml.safe_load(param_text(value))
     assert parsed == value and type(parsed) is type(value)
+
+
+def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = []
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append((specs, domain_id)) or 0)
+    argv = ['run', 'edge_sim', '--role', 'edge', '--network', 'wifi_degraded', '--domain-id', '9', '--seed', '7',
+            '--time-scale', '4', '--episodes', '3']
+    assert cli.main(argv) == 0
+    assert started == [([env_node(7, 4.0, 3), shim_node('wifi_degraded', 7, 4.0)], 9)]
+
+
+def test_calf_run_without_a_policy_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(['run', 'local_sim']) == 2
+    assert capsys.readouterr().err.startswith('calf run: error: the policy node needs a checkpoint')

@@ -1,14 +1,14 @@
 """The env node: a task ticking in real time under CALF's timing rules (``calf_shim.timing.Stepper``).
 
-Publishes ``observation`` every tick, ``episode_result`` after each episode and ``link_stats``
-(end-to-end) periodically; applies what arrives on ``action``. Ticks run on a dedicated thread
-at absolute deadlines ``t0 + k * dt / time_scale``: an rclpy timer measured here at a 5 ms period
-lost ticks and ran up to 20 ms late, the thread stays within a few ms. A deadline missed by more
-than a tick is skipped, never caught up in a burst. Times are seconds of the steady clock since
-the node started; a stamp is that clock in nanoseconds.
+Publishes ``observation`` every tick, ``episode_result`` per episode and ``link_stats`` (end to end);
+applies what arrives on ``action``. Ticks run on their own thread at absolute deadlines
+``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
+here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
+up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
 """
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from collections import Counter
@@ -43,7 +43,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'qos_depth': (STREAM.depth, 'QoS history depth of observation/action'),
     'stats_period_s': (1.0, 'period of LinkStats on link_stats (seconds)'),
 }
-FLOATS = ('dt', 'time_scale', 'stats_period_s')  # accept `-p time_scale:=4` as well as 4.0
+FLOATS = ('dt', 'time_scale', 'stats_period_s')  # `-p time_scale:=4` works as well as 4.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class EnvNodeConfig:
 
     @classmethod
     def from_node(cls, node: Node) -> EnvNodeConfig:
-        """Declare every parameter on ``node``, read them once and validate them."""
+        """Declare every parameter on ``node`` (dt's default follows env), read and validate them once."""
         try:
             env = node.declare_parameter('env', 'cartpole', ParameterDescriptor(
                 description='task: cartpole or minigrid', read_only=True)).value
@@ -77,17 +77,17 @@ class EnvNodeConfig:
         for name in FLOATS:
             if isinstance(p[name], bool) or not isinstance(p[name], (int, float)) or not p[name] > 0:
                 raise ConfigError(f'{name} must be a number > 0, got {p[name]!r}')
+            p[name] = float(p[name])
         if p['episodes'] < 0:
             raise ConfigError(f'episodes must be >= 0, got {p["episodes"]}')
-        qos = QosConfig(p['qos_reliability'], p['qos_durability'], p['qos_depth'])
-        qos.profile()
-        return cls(env, float(p['dt']), float(p['time_scale']), p['seed'], p['episodes'],
-                   p['wait_for_subscriber'], qos, float(p['stats_period_s']))
+        p['qos'] = QosConfig(p.pop('qos_reliability'), p.pop('qos_durability'), p.pop('qos_depth'))
+        p['qos'].profile()
+        return cls(env=env, **p)
 
 
-def next_tick(k: int, now_s: float, tick_s: float) -> int:
-    """Index of the tick after tick ``k``: ``k + 1``, or the latest deadline already passed."""
-    return max(k + 1, int(now_s // tick_s))
+def next_tick(k: int, elapsed_s: float, tick_s: float) -> int:
+    """The tick to run after tick ``k``: ``k + 1``, or the latest deadline already passed."""
+    return max(k + 1, int(elapsed_s // tick_s))
 
 
 class EnvNode(Node):
@@ -96,12 +96,13 @@ class EnvNode(Node):
         self.config = cfg = EnvNodeConfig.from_node(self)
         self.stepper = make_stepper(cfg.env)
         self.finished = threading.Event()
+        self.error: str | None = None
         self.verdicts: Counter[Verdict] = Counter()
         self.actions_received = self.rejected = self.dropped_middleware = 0
         self.episodes_done = self.missed_ticks = 0
         self._lock, self._stop = threading.Lock(), threading.Event()
         self._window: list[float] = []
-        self._stats_seq = 0
+        self._stats_seq = itertools.count()
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._t0_ns = self._clock.now().nanoseconds
         self._obs_pub = self.create_publisher(Observation, 'observation', cfg.qos.profile())
@@ -122,24 +123,23 @@ class EnvNode(Node):
         return ns, (ns - self._t0_ns) / 1e9
 
     def _run(self) -> None:
-        """Tick at absolute deadlines until stopped or every episode is done."""
-        if self.config.wait_for_subscriber and not self._await_subscriber():
-            return
-        start, k = self._now()[1], 0
-        while not self._stop.wait(max(0.0, start + k * self.config.tick_s - self._now()[1])):
-            if not self._tick():
-                self.finished.set()
-                return
-            k_next = next_tick(k, self._now()[1] - start, self.config.tick_s)
-            self.missed_ticks += k_next - k - 1
-            k = k_next
-
-    def _await_subscriber(self) -> bool:
-        self.get_logger().info(f'waiting for a subscriber on {self._obs_pub.topic_name}')
-        while self._obs_pub.get_subscription_count() == 0:
-            if self._stop.wait(0.05):
-                return False
-        return True
+        """Tick until stopped or every episode is done; a failing tick ends the node (main reports it)."""
+        try:
+            if self.config.wait_for_subscriber:
+                self.get_logger().info(f'waiting for a subscriber on {self._obs_pub.topic_name}')
+            while self.config.wait_for_subscriber and self._obs_pub.get_subscription_count() == 0:
+                if self._stop.wait(0.05):
+                    return
+            start, k = self._now()[1], 0
+            while not self._stop.wait(max(0.0, start + k * self.config.tick_s - self._now()[1])):
+                if not self._tick():
+                    return
+                k, previous = next_tick(k, self._now()[1] - start, self.config.tick_s), k
+                self.missed_ticks += k - previous - 1
+        except Exception as err:  # noqa: BLE001 (after a shutdown, publishing fails: not an error)
+            self.error = f'tick failed: {" ".join(str(err).split())}' if self.context.ok() else None
+        finally:
+            self.finished.set()
 
     def _tick(self) -> bool:
         """Reset or step, publish; return False once the last episode has ended."""
@@ -163,7 +163,7 @@ class EnvNode(Node):
             return True
         self._publish_stats()
         self._result_pub.wait_for_all_acked(Duration(seconds=2))
-        self.get_logger().info(f'{self.episodes_done} episodes done, {self.missed_ticks} ticks missed')
+        self.get_logger().info(f'{self.episodes_done} episodes done, {self.missed_ticks} tick deadlines missed')
         return False
 
     def _on_action(self, msg: Action) -> None:
@@ -185,11 +185,10 @@ class EnvNode(Node):
         self.dropped_middleware += info.total_count_change
 
     def _publish_stats(self) -> None:
-        """End-to-end counters since start; latency percentiles since the last report."""
+        """Counters since the start; latency percentiles over the actions since the last report."""
         with self._lock:
             window, self._window = self._window, []
-            seq, self._stats_seq = self._stats_seq, self._stats_seq + 1
-        msg = LinkStats(seq=seq, reporter=self.get_fully_qualified_name(),
+        msg = LinkStats(seq=next(self._stats_seq), reporter=self.get_fully_qualified_name(),
                         direction=LinkStats.DIRECTION_END_TO_END, received=self.actions_received,
                         delivered=self.verdicts[Verdict.ACCEPTED], rejected=self.rejected,
                         dropped_middleware=self.dropped_middleware)
@@ -213,6 +212,9 @@ def main(args: list[str] | None = None) -> int:
         executor.add_node(node)
         while not node.finished.is_set():
             executor.spin_once(timeout_sec=0.1)
+        if node.error:
+            print(f'env_node: error: {node.error}', file=sys.stderr)
+            return 1
     except CalfError as err:
         print(f'env_node: error: {err}', file=sys.stderr)
         return 2

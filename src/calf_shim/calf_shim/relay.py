@@ -1,10 +1,12 @@
-"""Release scheduling for one direction of the shim: when may each relayed message go out?
+"""Release scheduling for the shim: when may each relayed message go out, and who sends it?
 
-`Relay` is pure: the caller passes the current time (float seconds, any monotonic clock) and
-publishes what `due()` returns. A message submitted at `now_s` goes through the `Link` in model
+`Relay` (one direction) is pure: the caller passes the current time (float seconds, any
+monotonic clock) and publishes what `due()` returns. `ReleaseThread` drives several relays
+from one thread that sleeps until the next release time; its clock and publish functions are
+injected, so it needs no ROS. A message submitted at `now_s` goes through the `Link` in model
 time `now_s * time_scale`, and each surviving copy is released at
 `now_s + (arrival - send) / time_scale`, so a time scale of 10 runs the same network ten times
-faster. Not thread safe: the shim node calls it under one lock.
+faster. `Relay` is not thread safe; `ReleaseThread` calls it under one lock.
 
 Drops are counted apart: `dropped_injected` holds everything the network model discards on
 purpose (loss models and the bandwidth model's own queue); `dropped_queue` holds tail drops of
@@ -15,9 +17,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
+import threading
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -52,9 +56,15 @@ class Relay:
         self._heap: list[tuple[float, int, float, Any]] = []  # (release_s, order, submit_s, item)
         self._order = itertools.count()
         self._latencies_s: deque[float] = deque(maxlen=window)
+        self._last_submit_s = -math.inf
 
     def submit(self, now_s: float, item: Any, size_bytes: int) -> list[float]:
-        """Pass one message through the link; return the release times of the copies queued."""
+        """Pass one message through the link; return the release times of the copies queued.
+
+        A `now_s` earlier than the previous submit counts as the previous submit's time, since
+        callers may read the clock out of order (the link needs non-decreasing send times).
+        """
+        now_s = self._last_submit_s = max(now_s, self._last_submit_s)
         self.counters.received += 1
         if len(self._heap) >= self.capacity:
             self.counters.dropped_queue += 1
@@ -97,3 +107,79 @@ class Relay:
         if not self._latencies_s:
             return tuple(math.nan for _ in qs)
         return tuple(float(v) * 1e3 for v in np.percentile(np.fromiter(self._latencies_s, float), qs))
+
+
+class DirectionStats(NamedTuple):
+    """A consistent snapshot of one relay's counters and latency percentiles (p50, p95, p99 in ms)."""
+
+    counters: RelayCounters
+    latency_ms: tuple[float, ...]
+
+
+class ReleaseThread:
+    """Sends each relay's messages at their release times, from one thread.
+
+    `outputs[i]` pairs relay i with the function that sends what it releases. `clock()` returns
+    monotonic seconds. Submitting wakes the thread only when the new release is the earliest.
+    Sends happen outside the lock, so a slow send never blocks submitters.
+    """
+
+    def __init__(self, outputs: Sequence[tuple[Relay, Callable[[Any], None]]], clock: Callable[[], float]) -> None:
+        self.outputs = tuple(outputs)
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name='calf-release', daemon=True)
+
+    def start(self, priority: int = 0) -> None:
+        """Start; with priority > 0, ask for SCHED_FIFO at that priority (raises OSError if not permitted)."""
+        self._thread.start()
+        if priority > 0:
+            os.sched_setscheduler(self._thread.native_id, os.SCHED_FIFO, os.sched_param(priority))
+
+    def stop(self) -> None:
+        """Stop and join; messages still in flight are discarded."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def submit(self, index: int, item: Any, size_bytes: int, age_s: float = 0.0) -> None:
+        """Relay `item` on output `index`; it reached the shim `age_s` seconds ago."""
+        with self._cond:
+            earliest = self._next_release_s()
+            releases = self.outputs[index][0].submit(self._clock() - age_s, item, size_bytes)
+            if releases and (earliest is None or min(releases) < earliest):
+                self._cond.notify()
+
+    def set_links(self, links: Sequence[Link]) -> None:
+        """Swap every relay's link at once; messages in flight keep their release times."""
+        with self._cond:
+            for (relay, _), link in zip(self.outputs, links):
+                relay.set_link(link)
+
+    def stats(self, index: int) -> DirectionStats:
+        with self._cond:
+            relay = self.outputs[index][0]
+            return DirectionStats(replace(relay.counters), relay.latency_percentiles_ms())
+
+    def _next_release_s(self) -> float | None:
+        times = [t for t in (relay.next_release_s() for relay, _ in self.outputs) if t is not None]
+        return min(times, default=None)
+
+    def _run(self) -> None:
+        """Wait until the next release time, pop what is due, send it outside the lock."""
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+                now = self._clock()
+                batches = [(send, relay.due(now)) for relay, send in self.outputs]
+                if not any(items for _, items in batches):
+                    earliest = self._next_release_s()
+                    self._cond.wait(None if earliest is None else earliest - now)
+                    continue
+            for send, items in batches:
+                for item in items:
+                    send(item)

@@ -1,13 +1,13 @@
 """The shim node: relays observations (edge -> desktop) and actions (desktop -> edge) through network models.
 
-DDS callbacks only submit the serialized message to a `Relay`; one release thread waits on a
-condition until the next release time and publishes the bytes unchanged. The `network`
+DDS callbacks only submit the serialized message (bytes, never parsed) to a `ReleaseThread`,
+backdated to when DDS received it so that executor lag does not add to the modelled delay.
+The release thread publishes the bytes unchanged at their release times. The `network`
 parameter can be changed at runtime; every other parameter is read-only.
 """
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +21,16 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.publisher import Publisher
+from rclpy.qos import QoSProfile
 
 from calf_shim.conversions import time_msg
 from calf_shim.errors import CalfError, ConfigError
 from calf_shim.profiles import load_profile
 from calf_shim.qos import RESULTS, STREAM, QosConfig
-from calf_shim.relay import Relay
+from calf_shim.relay import ReleaseThread, Relay
+
+UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread
+MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'network': ('sim_clean', 'network profile name (calf_bringup/config) or path to a profile YAML; '
@@ -42,11 +45,14 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'desktop_durability': (STREAM.durability, 'QoS durability on desktop/*: volatile or transient_local'),
     'desktop_depth': (STREAM.depth, 'QoS history depth on desktop/*'),
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
+    'release_priority': (0, 'if > 0, run the release thread as SCHED_FIFO at this priority (needs CAP_SYS_NICE)'),
 }
 
 
 @dataclass(frozen=True)
 class ShimConfig:
+    """The shim's parameters, read once at start-up."""
+
     network: str
     seed: int
     time_scale: float
@@ -54,6 +60,7 @@ class ShimConfig:
     edge_qos: QosConfig
     desktop_qos: QosConfig
     stats_period_s: float
+    release_priority: int
 
     @classmethod
     def from_node(cls, node: Node) -> ShimConfig:
@@ -68,24 +75,22 @@ class ShimConfig:
         config = cls(p['network'], p['seed'], p['time_scale'], p['queue_capacity'],
                      QosConfig(p['edge_reliability'], p['edge_durability'], p['edge_depth']),
                      QosConfig(p['desktop_reliability'], p['desktop_durability'], p['desktop_depth']),
-                     p['stats_period_s'])
+                     p['stats_period_s'], p['release_priority'])
         if not config.stats_period_s > 0:
             raise ConfigError(f'stats_period_s must be > 0, got {config.stats_period_s}')
         return config
 
 
-@dataclass
-class Route:
-    """One direction: its relay, where released messages go, and middleware losses seen."""
-
-    direction: int
-    relay: Relay
-    publisher: Publisher
-    dropped_middleware: int = 0
-
-
 def _now_s() -> float:
     return time.monotonic_ns() / 1e9
+
+
+def _age_s(info: dict) -> float:
+    """How long ago DDS received the message (its clock is the wall clock), 0 when unknown."""
+    received_ns = info.get('received_timestamp', 0)
+    if not received_ns:
+        return 0.0
+    return min(max((time.time_ns() - received_ns) / 1e9, 0.0), MAX_AGE_S)
 
 
 class ShimNode(Node):
@@ -95,31 +100,32 @@ class ShimNode(Node):
         self._rng = np.random.default_rng(cfg.seed)
         uplink, downlink = load_profile(cfg.network).make_links(self._rng)
         edge, desktop = cfg.edge_qos.profile(), cfg.desktop_qos.profile()
-        self.routes = (
-            Route(LinkStats.DIRECTION_UPLINK, Relay(uplink, cfg.queue_capacity, cfg.time_scale),
-                  self.create_publisher(Observation, 'desktop/observation', desktop)),
-            Route(LinkStats.DIRECTION_DOWNLINK, Relay(downlink, cfg.queue_capacity, cfg.time_scale),
-                  self.create_publisher(Action, 'edge/action', edge)),
-        )
-        self._subscribe(Observation, 'edge/observation', edge, self.routes[0])
-        self._subscribe(Action, 'desktop/action', desktop, self.routes[1])
+        self.releaser = ReleaseThread([
+            (Relay(uplink, cfg.queue_capacity, cfg.time_scale),
+             self.create_publisher(Observation, 'desktop/observation', desktop).publish),
+            (Relay(downlink, cfg.queue_capacity, cfg.time_scale),
+             self.create_publisher(Action, 'edge/action', edge).publish),
+        ], clock=_now_s)
+        self.dropped_middleware = [0, 0]
+        self._subscribe(Observation, 'edge/observation', edge, UPLINK)
+        self._subscribe(Action, 'desktop/action', desktop, DOWNLINK)
         self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
         self._stats_seq = 0
         self.create_timer(cfg.stats_period_s, self._publish_stats)
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self._cond = threading.Condition()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._release_loop, name='shim-release', daemon=True)
-        self._thread.start()
+        try:
+            self.releaser.start(cfg.release_priority)
+        except OSError as err:
+            self.get_logger().warn(f'release_priority {cfg.release_priority} not applied: {err.strerror}')
         self.get_logger().info(f'network {cfg.network!r}, time_scale {cfg.time_scale:g}')
 
-    def _subscribe(self, msg_type: type, topic: str, qos: Any, route: Route) -> None:
-        """Subscribe raw (bytes); count middleware losses where the RMW reports them."""
+    def _subscribe(self, msg_type: type, topic: str, qos: QoSProfile, index: int) -> None:
+        """Subscribe raw (bytes, relayed unparsed); count middleware losses where the RMW reports them."""
         def on_lost(info: QoSMessageLostInfo) -> None:
-            route.dropped_middleware += info.total_count_change
+            self.dropped_middleware[index] += info.total_count_change
 
-        def on_message(data: bytes) -> None:
-            self._submit(route, data)
+        def on_message(data: bytes, info: dict) -> None:
+            self.releaser.submit(index, data, len(data), _age_s(info))
 
         try:
             self.create_subscription(msg_type, topic, on_message, qos, raw=True,
@@ -128,67 +134,31 @@ class ShimNode(Node):
             self.get_logger().warn(f'{topic}: this RMW does not report lost messages')
             self.create_subscription(msg_type, topic, on_message, qos, raw=True)
 
-    def _submit(self, route: Route, data: bytes) -> None:
-        with self._cond:
-            earliest = self._next_release_s()
-            releases = route.relay.submit(_now_s(), data, len(data))
-            if releases and (earliest is None or min(releases) < earliest):
-                self._cond.notify()
-
-    def _next_release_s(self) -> float | None:
-        times = [t for t in (route.relay.next_release_s() for route in self.routes) if t is not None]
-        return min(times, default=None)
-
-    def _release_loop(self) -> None:
-        """Wait until the next release time, pop what is due, publish it outside the lock."""
-        while True:
-            with self._cond:
-                if self._stopping:
-                    return
-                now = _now_s()
-                batches = [(route.publisher, route.relay.due(now)) for route in self.routes]
-                if not any(items for _, items in batches):
-                    earliest = self._next_release_s()
-                    self._cond.wait(None if earliest is None else earliest - now)
-                    continue
-            for publisher, items in batches:
-                for data in items:
-                    publisher.publish(data)
-
     def _publish_stats(self) -> None:
         stamp = time_msg(self.get_clock().now().nanoseconds)
-        for route in self.routes:
-            with self._cond:
-                counters, relay = route.relay.counters, route.relay
-                msg = LinkStats(reporter=self.get_name(), direction=route.direction, received=counters.received,
-                                delivered=counters.delivered, dropped_injected=counters.dropped_injected,
-                                dropped_queue=counters.dropped_queue,
-                                dropped_middleware=route.dropped_middleware)  # rejected: bytes are never parsed
-                msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = relay.latency_percentiles_ms()
-            msg.header.stamp, msg.seq = stamp, self._stats_seq
+        for index, direction in enumerate((LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)):
+            c, latency_ms = self.releaser.stats(index)
+            msg = LinkStats(seq=self._stats_seq, reporter=self.get_name(), direction=direction,
+                            received=c.received, delivered=c.delivered, dropped_injected=c.dropped_injected,
+                            dropped_queue=c.dropped_queue, dropped_middleware=self.dropped_middleware[index])
+            msg.header.stamp = stamp  # rejected stays 0: the shim relays bytes without parsing them
+            msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
             self._stats_seq += 1
             self._stats.publish(msg)
 
     def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Load a new `network` profile; keep the old links when it is invalid."""
         for param in params:
-            if param.name != 'network':
-                continue
-            try:
-                links = load_profile(param.value).make_links(self._rng)
-            except CalfError as err:
-                return SetParametersResult(successful=False, reason=str(err))
-            with self._cond:
-                for route, link in zip(self.routes, links):
-                    route.relay.set_link(link)
-            self.get_logger().info(f'network changed to {param.value!r}')
+            if param.name == 'network':
+                try:
+                    self.releaser.set_links(load_profile(param.value).make_links(self._rng))
+                except CalfError as err:
+                    return SetParametersResult(successful=False, reason=str(err))
+                self.get_logger().info(f'network changed to {param.value!r}')
         return SetParametersResult(successful=True)
 
     def destroy_node(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self._thread.join()
+        self.releaser.stop()
         super().destroy_node()
 
 

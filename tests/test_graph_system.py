@@ -1,0 +1,227 @@
+"""The node graph as deployed: real node processes over DDS, started by the runner.
+
+One small CartPole policy is trained per module (PPO, 20,000 steps under sim_clean, ~10 s). The
+mode tests run at time scale 4 (a tick every 5 ms) and stop once one whole episode was played
+with the policy in the loop; the runner tests use stand-in executables and no DDS.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rclpy
+from calf_msgs.msg import EpisodeResult
+from rclpy.executors import SingleThreadedExecutor
+
+from calf_agent.regimes import train_policy
+from calf_bringup import cli
+from calf_bringup.graph import NodeSpec, build_graph
+from calf_bringup.runner import Graph, run_graph
+from calf_shim.errors import ConfigError
+from calf_shim.qos import RESULTS
+from ros_helpers import new_context, spin_until
+
+SCALE = 4.0
+LIVE_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope='module')
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp('policy') / 'cartpole_baseline'
+    train_policy('cartpole', 'sim_clean', seed=0, out_dir=out, steps=20_000, regime='baseline', progress=False)
+    return out
+
+
+class Results:
+    """EpisodeResults of /calf/edge/episode_result, received on a private context."""
+
+    def __init__(self) -> None:
+        self.context = new_context()
+        self.node = rclpy.create_node('graph_test', context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.received: list[EpisodeResult] = []
+        self.node.create_subscription(EpisodeResult, '/calf/edge/episode_result', self.received.append, RESULTS)
+
+    def live_episode(self) -> EpisodeResult | None:
+        """An episode played wholly with the policy in the loop: one after an episode where actions arrived."""
+        driven = [r.seq for r in self.received if r.actions_applied > 0]
+        return next((r for r in self.received if driven and r.seq > driven[0] and r.actions_applied > 0), None)
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+def play_one_live_episode(*groups: list[NodeSpec]) -> tuple[EpisodeResult, list[Graph]]:
+    """Start each group of nodes as its own Graph (one per machine), wait for a live episode, stop all."""
+    results = Results()
+    try:
+        with ExitStack() as stack:
+            graphs = [stack.enter_context(Graph(specs, output=None)) for specs in groups]
+            live = spin_until(results.executor, lambda: results.live_episode() is not None, LIVE_TIMEOUT_S)
+            tails = {spec.name: g.tail(spec.name)[-5:] for g in graphs for spec in g.specs}
+        assert live, f'no episode completed with the policy in the loop; last output: {tails}'
+        return results.live_episode(), graphs
+    finally:
+        results.close()
+
+
+def assert_all_stopped(graphs: list[Graph], names: list[str]) -> None:
+    """Every node ran until the runner stopped it, and none is left running.
+
+    Exit codes are the nodes' own business (tests/test_env_policy_nodes.py): rclpy's SIGINT
+    handler can race a node's executor at shutdown, which is not what this test is about.
+    """
+    exits = [exit_ for graph in graphs for exit_ in graph.exits]
+    assert sorted(exit_.name for exit_ in exits) == sorted(names)
+    assert all(exit_.stopped and exit_.code is not None for exit_ in exits), exits
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize('mode, network, names', [('local_sim', 'sim_clean', ['env', 'policy']),
+                                                  ('sim_net', 'wifi_normal', ['env', 'shim', 'policy'])])
+def test_one_machine_modes_complete_cartpole_episodes(policy: Path, mode: str, network: str,
+                                                      names: list[str]) -> None:
+    specs = build_graph(mode, network=network, policy=policy, time_scale=SCALE)
+    result, graphs = play_one_live_episode(specs)
+    assert result.length >= 8 and result.episode_return == result.length
+    assert len(result.e2e_samples_ms) == result.actions_applied > 0
+    assert_all_stopped(graphs, names)
+
+
+@pytest.mark.ros
+def test_edge_sim_roles_started_separately_find_each_other(policy: Path) -> None:
+    edge = build_graph('edge_sim', 'edge', network='delay_only', time_scale=SCALE)
+    desktop = build_graph('edge_sim', 'desktop', network='delay_only', policy=policy, time_scale=SCALE)
+    result, graphs = play_one_live_episode(edge, desktop)
+    assert len(result.e2e_samples_ms) == result.actions_applied > 0
+    e2e_profile_ms = np.asarray(result.e2e_samples_ms) * SCALE
+    assert np.median(e2e_profile_ms) >= 50.0  # 25 ms each way, in profile units
+    assert_all_stopped(graphs, ['env', 'shim', 'policy'])
+
+
+@pytest.mark.ros
+def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> None:
+    argv = [sys.executable, '-m', 'calf_bringup.cli', 'run', 'local_sim', '--policy', str(policy),
+            '--time-scale', str(SCALE), '--episodes', '2']
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=LIVE_TIMEOUT_S, env=os.environ.copy())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '[env] ' in done.stdout and '[policy] ' in done.stdout
+    assert '[calf] env exited with code 0' in done.stdout
+    assert '[calf] policy stopped with code' in done.stdout
+
+
+@pytest.mark.ros
+def test_parity_of_sim_and_ros_evaluation(policy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One policy, wifi_normal, 20 episodes per mode: returns agree and E2E p50/p95 within 15 %.
+
+    The ros graph runs at time scale 1. The live pipeline (four Python DDS hops and the policy's
+    forward pass) costs about 3 ms of real time per round trip on the 2-core CI machine, against
+    the profile's 1 ms compute budget; a time scale s multiplies that excess by s in profile units
+    (s = 2 put p50 about 20 % above the sim figure), so only s = 1 compares latencies fairly. The
+    sim_clean baseline policy plays ~100-tick episodes under wifi_normal: 20 episodes are ~50 s.
+    """
+    common = ['eval', '--policy', str(policy), '--network', 'wifi_normal', '--episodes', '20', '--seed', '0', '--json']
+    reports = {}
+    for mode in ('sim', 'ros'):
+        assert cli.main([*common, '--mode', mode, '--time-scale', '1']) == 0
+        reports[mode] = json.loads(capsys.readouterr().out)
+    sim, ros = reports['sim'], reports['ros']
+    assert set(sim) == set(ros)
+    assert (sim['mode'], ros['mode'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
+    low_sim, high_sim = confidence_interval(sim['returns'])
+    low_ros, high_ros = confidence_interval(ros['returns'])
+    assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])
+    for q in ('p50', 'p95'):
+        assert ros['e2e_latency_ms'][q] == pytest.approx(sim['e2e_latency_ms'][q], rel=0.15), (sim, ros)
+
+
+def confidence_interval(returns: list[float]) -> tuple[float, float]:
+    """95 % confidence interval of the mean (normal approximation)."""
+    half = 1.96 * float(np.std(returns, ddof=1)) / math.sqrt(len(returns))
+    return float(np.mean(returns)) - half, float(np.mean(returns)) + half
+
+
+# The runner on stand-in executables: output, exits, and stopping, without DDS.
+
+def stand_in(root: Path, name: str, script: str) -> NodeSpec:
+    """A NodeSpec whose executable, under ``root``, is the given Python script."""
+    exe = root / 'fake' / 'lib' / 'fake' / name
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f'#!{sys.executable}\n{script}\n')
+    exe.chmod(0o755)
+    return NodeSpec('fake', name, name, '/calf', {}, [], 'edge', {'CALF_TEST_VALUE': name})
+
+
+FOREVER = 'import os, sys, time\nprint(os.environ["CALF_TEST_VALUE"], os.environ.get("ROS_DOMAIN_ID"), ' \
+          'sys.argv[1:4], flush=True)\nwhile True: time.sleep(1)'
+IGNORES_SIGINT = 'import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint("up", flush=True)\n' \
+                 'while True: time.sleep(1)'
+
+
+class LineSink:
+    """A text stream that keeps each printed line, and can wait for one."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+
+    def write(self, text: str) -> None:
+        with self._cond:
+            self.lines.extend(line for line in text.split('\n') if line)
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        pass
+
+    def wait_for(self, line: str, timeout_s: float = 30.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: line in self.lines, timeout_s)
+
+
+def test_graph_prefixes_output_and_stops_nodes_with_sigint(tmp_path: Path) -> None:
+    sink = LineSink()
+    specs = [stand_in(tmp_path, 'a', FOREVER), stand_in(tmp_path, 'b', 'print("bye")')]
+    with Graph(specs, domain_id=3, output=sink, install_root=tmp_path) as graph:
+        assert graph.wait_any(timeout=30) == 'b'
+        assert sink.wait_for("[a] a 3 ['--ros-args', '-r', '__node:=a']")
+        assert graph.wait_for_exit('a', timeout=0.1) is None
+    assert '[b] bye' in sink.lines
+    assert [(e.name, e.code, e.stopped) for e in graph.exits] == [('a', -signal.SIGINT, True), ('b', 0, False)]
+    assert '[calf] a stopped with code -2' in sink.lines and '[calf] b exited with code 0' in sink.lines
+
+
+def test_graph_kills_a_node_that_ignores_sigint(tmp_path: Path) -> None:
+    sink = LineSink()
+    with Graph([stand_in(tmp_path, 'stubborn', IGNORES_SIGINT)], output=sink, install_root=tmp_path,
+               stop_timeout_s=0.5) as graph:
+        assert sink.wait_for('[stubborn] up')
+    assert [(e.code, e.stopped) for e in graph.exits] == [(-signal.SIGKILL, True)]
+    assert '[calf] stubborn ignored SIGINT for 0.5 s: SIGKILL' in sink.lines
+
+
+def test_run_graph_stops_all_when_one_node_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr('calf_bringup.runner._install_root', lambda package: tmp_path)
+    sink = LineSink()
+    code = run_graph([stand_in(tmp_path, 'ok', FOREVER), stand_in(tmp_path, 'bad', 'raise SystemExit(3)')],
+                     output=sink)
+    assert code == 1
+    assert '[calf] bad exited with code 3' in sink.lines
+    assert any(line.startswith('[calf] ok stopped with code') for line in sink.lines)  # maybe while starting up
+
+
+def test_missing_executable_is_a_one_line_config_error(tmp_path: Path) -> None:
+    spec = NodeSpec('fake', 'absent', 'absent', '/calf', {}, [], 'edge', {})
+    with pytest.raises(ConfigError, match='absent not found: run scripts/bootstrap.sh'):
+        Graph([spec], install_root=tmp_path).start()

@@ -1,0 +1,302 @@
+"""Trace bags end to end: synth -> bag -> info, independent MCAP reading, damaged bags, import,
+deterministic replay, flush durability, and a live recording stopped by SIGINT or SIGKILL."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rosbags.rosbag2 import StoragePlugin, Writer
+
+from calf_shim.bags import (ACTION_TYPE, OBSERVATION_TYPE, TRACE_TOPIC, TRACE_TYPE, TraceBagWriter, import_bag,
+                            read_trace_bag, recover_bag, typestore, write_trace_bag)
+from calf_shim.errors import TraceError
+from calf_shim.profiles import load_profile
+from calf_shim.traces import Sample, resolve_network, synth_trace
+from ros_helpers import new_context, spin_until
+
+CALF = [sys.executable, '-m', 'calf_bringup.cli']
+
+
+def calf(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CALF, *args], capture_output=True, text=True, env=os.environ, timeout=60)
+
+
+def within_sampling_error(samples: np.ndarray, reference: np.ndarray, q: float) -> None:
+    """The reference's q-quantile sits at level q of the samples' CDF, within 4 standard errors."""
+    level = float(np.mean(samples <= np.quantile(reference, q)))
+    assert abs(level - q) < 4 * np.sqrt(q * (1 - q) / samples.size), (q, level)
+
+
+def test_synth_bag_info_reproduces_the_profile(tmp_path):
+    bag = tmp_path / 'fna'
+    synth = calf('trace', 'synth', '--profile', 'full_net_aware', '--duration', '120', '--seed', '1', '--out', str(bag))
+    assert synth.returncode == 0, synth.stderr
+    info = calf('trace', 'info', str(bag), '--json', '--plot', str(tmp_path / 'fna.png'))
+    assert info.returncode == 0, info.stderr
+    report = json.loads(info.stdout)
+    assert (tmp_path / 'fna.png').stat().st_size > 0
+    assert report['samples'] == json.loads(synth.stdout)['samples']
+    reference = synth_trace(load_profile('full_net_aware'), duration_s=2000.0, seed=99)  # an independent sample
+    trace = read_trace_bag(bag)
+    for name, d in trace.directions().items():
+        stats = report[name]
+        n = stats['messages']
+        assert abs(stats['loss_rate'] - 0.05) < 4 * np.sqrt(0.05 * 0.95 / n)
+        delays, ref = d.delays_ms[~d.lost], reference.directions()[name].delays_ms
+        ref = ref[~np.isnan(ref)]
+        for q in (0.5, 0.95, 0.99):
+            within_sampling_error(delays, ref, q)
+        assert stats['latency_ms']['p50'] == pytest.approx(np.percentile(delays, 50))
+
+
+@pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])
+def test_bag_round_trip_is_exact(tmp_path, storage):
+    trace = synth_trace(load_profile('wifi_normal'), duration_s=20.0, seed=2)
+    assert write_trace_bag(tmp_path / 'b', trace, storage) == len(trace)
+    assert sorted(read_trace_bag(tmp_path / 'b').samples()) == sorted(trace.samples())
+    suffix = '.mcap' if storage == 'mcap' else '.db3'
+    assert len(read_trace_bag(tmp_path / 'b' / f'b{suffix}')) == len(trace)  # the bare storage file reads too
+
+
+def test_independent_mcap_reader_decodes_the_bag(tmp_path):
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+
+    trace = synth_trace(load_profile('full_net_aware'), duration_s=5.0, seed=3)
+    write_trace_bag(tmp_path / 'm', trace)
+    with open(tmp_path / 'm' / 'm.mcap', 'rb') as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        decoded = [(schema.name, channel.topic, msg) for schema, channel, _, msg in reader.iter_decoded_messages()]
+    assert {(name, topic) for name, topic, _ in decoded} == {(TRACE_TYPE, TRACE_TOPIC)}
+    rows = sorted(Sample(m.direction, m.seq, m.sent_ns, m.received_ns, m.size_bytes, m.lost) for _, _, m in decoded)
+    assert rows == sorted(trace.samples())
+
+
+def write_messages_bag(path: Path, topics: dict[str, list[tuple[int, object]]]) -> None:
+    """A bag of calf_msgs topics, as ``ros2 bag record`` would write: {topic: [(log_ns, message)]}."""
+    store = typestore()
+    writer = Writer(path, version=9, storage_plugin=StoragePlugin.MCAP)
+    writer.open()
+    for topic, messages in topics.items():
+        connection = writer.add_connection(topic, messages[0][1].__msgtype__, typestore=store)
+        for log_ns, msg in messages:
+            writer.write(connection, log_ns, store.serialize_cdr(msg, msg.__msgtype__))
+    writer.close()
+
+
+def make_obs(seq: int, stamp_ns: int) -> object:
+    types = typestore().types
+    return types[OBSERVATION_TYPE](header=_header(stamp_ns), seq=seq, episode=0, data=np.zeros(4, np.float32),
+                                   shape=np.array([4], np.uint32), reward=1.0, terminated=False, truncated=False)
+
+
+def make_action(obs_seq: int, stamp_ns: int) -> object:
+    types = typestore().types
+    return types[ACTION_TYPE](header=_header(stamp_ns), obs_seq=obs_seq, episode=0, discrete=1,
+                              discrete_plan=np.array([], np.int64), continuous=np.array([], np.float32),
+                              source='test', compute_ms=1.0)
+
+
+def _header(stamp_ns: int) -> object:
+    types = typestore().types
+    stamp = types['builtin_interfaces/msg/Time'](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9)
+    return types['std_msgs/msg/Header'](stamp=stamp, frame_id='')
+
+
+def test_import_derives_a_trace_from_observation_and_action_topics(tmp_path):
+    ms = 1_000_000
+    received_obs = [(k * 20 * ms + 7 * ms, make_obs(k, k * 20 * ms)) for k in range(10) if k != 4]
+    sent = [(k * 20 * ms + 8 * ms, make_action(k, k * 20 * ms + 8 * ms)) for k in range(10) if k != 4]
+    arrived = [(t + 5 * ms, a) for t, a in sent if a.obs_seq != 6]
+    write_messages_bag(tmp_path / 'robot', {'/calf/desktop/observation': received_obs,
+                                            '/calf/desktop/action': sent, '/calf/edge/action': arrived})
+    with pytest.raises(TraceError, match='needs `calf trace import` first'):
+        read_trace_bag(tmp_path / 'robot')
+    trace = import_bag(tmp_path / 'robot')
+    assert trace.uplink.lost.tolist() == [k == 4 for k in range(10)]
+    assert np.allclose(trace.uplink.delays_ms[~trace.uplink.lost], 7.0)
+    assert trace.downlink.lost.tolist() == [k == 6 for k in range(10) if k != 4]
+    assert np.allclose(trace.downlink.delays_ms[~trace.downlink.lost], 5.0)
+    result = calf('trace', 'import', str(tmp_path / 'robot'), '--out', str(tmp_path / 'trace'))
+    assert result.returncode == 0, result.stderr
+    assert sorted(read_trace_bag(tmp_path / 'trace').samples()) == sorted(trace.samples())
+
+
+def damage(bag: Path, how: str) -> Path:
+    data_file = bag / f'{bag.name}.mcap'
+    if how == 'truncated':
+        os.truncate(data_file, data_file.stat().st_size // 2)
+    elif how == 'corrupt':
+        data = bytearray(data_file.read_bytes())
+        data[200:len(data) - 200] = bytes(len(data) - 400)
+        data_file.write_bytes(data)
+    elif how == 'unclosed':
+        (bag / 'metadata.yaml').unlink()
+    elif how == 'not_a_bag':
+        data_file.write_bytes(b'not an mcap file at all')
+    return bag
+
+
+@pytest.mark.parametrize('how', ['truncated', 'corrupt', 'unclosed', 'not_a_bag', 'missing', 'no_trace_topic'])
+def test_damaged_bags_raise_one_line_errors(tmp_path, how):
+    bag = tmp_path / 'bag'
+    if how == 'no_trace_topic':
+        write_messages_bag(bag, {'/calf/edge/observation': [(1, make_obs(0, 0))]})
+    elif how != 'missing':
+        write_trace_bag(bag, synth_trace(load_profile('full_net_aware'), 10.0, seed=0))
+        damage(bag, how)
+    with pytest.raises(TraceError) as err:
+        read_trace_bag(bag)
+    assert '\n' not in str(err.value) and str(bag) in str(err.value)
+
+
+def test_cli_info_on_a_damaged_bag_exits_2_with_one_line(tmp_path):
+    bag = tmp_path / 'bag'
+    write_trace_bag(bag, synth_trace(load_profile('full_net_aware'), 10.0, seed=0))
+    damage(bag, 'truncated')
+    result = calf('trace', 'info', str(bag))
+    assert result.returncode == 2
+    assert result.stdout == '' and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith('calf trace: error: cannot read bag')
+
+
+def returns_under(profile: object, seed: int, episodes: int = 3) -> list[float]:
+    """A fixed controller (push towards the pole's lean) on networked CartPole."""
+    from calf_env.envs import make_networked_env
+
+    env = make_networked_env('cartpole', profile, seed=seed)
+    returns = []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(episodes):
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(obs[2] + 0.5 * obs[3] > 0))
+            total, done = total + reward, terminated or truncated
+        returns.append(total)
+        obs, _ = env.reset()
+    return returns
+
+
+def test_replay_of_a_bag_is_deterministic_for_a_seed(tmp_path):
+    write_trace_bag(tmp_path / 'wifi', synth_trace(load_profile('wifi_normal'), 30.0, seed=5))
+    profile = resolve_network(str(tmp_path / 'wifi'))
+    assert profile.name == 'wifi' and profile.uplink[0]['model'] == 'trace_replay'
+    first = returns_under(profile, seed=11)
+    assert returns_under(resolve_network(str(tmp_path / 'wifi')), seed=11) == first
+
+
+@pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])
+def test_flushed_samples_survive_an_unclosed_writer(tmp_path, storage):
+    """What a SIGKILL leaves: the files as they are on disk while the writer is still open."""
+    rows = synth_trace(load_profile('full_net_aware'), 10.0, seed=6).samples()
+    writer = TraceBagWriter(tmp_path / 'live', storage)
+    for k, row in enumerate(rows[:300]):
+        writer.write_sample(row, k)
+    writer.flush()
+    for k, row in enumerate(rows[300:400]):
+        writer.write_sample(row, 300 + k)  # written after the last flush: lost on a kill
+    shutil.copytree(tmp_path / 'live', tmp_path / 'killed')
+    writer.close()
+    with pytest.raises(TraceError, match='calf trace recover'):
+        read_trace_bag(tmp_path / 'killed')
+    assert sorted(read_trace_bag(tmp_path / 'killed', recover=True).samples()) == sorted(rows[:300])
+    recover_bag(tmp_path / 'killed', tmp_path / 'recovered')
+    assert len(read_trace_bag(tmp_path / 'recovered')) == 300
+
+
+# --- live recording ---------------------------------------------------------------------------
+
+def _record_and_publish(tmp_path: Path, extra: list[str]) -> tuple[subprocess.Popen, list, Node, object]:
+    """Start `calf trace record` and publish 20 observations and their actions on both sides.
+
+    Observations with seq % 5 == 3 never reach the desktop side; of the actions sent, those for
+    seq % 4 == 1 never reach the edge. Returns once the recorder has published every sample."""
+    from calf_msgs.msg import Action, Observation, TraceSample
+    from calf_shim.qos import RESULTS
+
+    namespace = f'/calf_trace_test_{os.getpid()}'
+    recorder = subprocess.Popen([*CALF, 'trace', 'record', '--out', str(tmp_path / 'rec'), '--namespace', namespace,
+                                 '--loss-timeout', '0.5', *extra], env=os.environ)
+    context = new_context()
+    node = Node('stand_in', namespace=namespace, context=context)
+    pubs = {t: node.create_publisher(Observation if t.endswith('observation') else Action, t, 100)
+            for t in ('edge/observation', 'desktop/observation', 'desktop/action', 'edge/action')}
+    got: list = []
+    sub = node.create_subscription(TraceSample, 'trace', got.append, RESULTS)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    assert spin_until(executor, lambda: all(p.get_subscription_count() for p in pubs.values())
+                      and sub.get_publisher_count() > 0, timeout_s=30.0), 'the recorder did not come up'
+    for k in range(20):
+        observation = Observation(seq=k, episode=0)
+        pubs['edge/observation'].publish(observation)
+        if k % 5 == 3:
+            continue
+        pubs['desktop/observation'].publish(observation)
+        pubs['desktop/action'].publish(Action(obs_seq=k, episode=0))
+        if k % 4 != 1:
+            pubs['edge/action'].publish(Action(obs_seq=k, episode=0))
+    assert spin_until(executor, lambda: len(got) >= 36, timeout_s=20.0), f'{len(got)} samples published'
+    return recorder, got, node, context
+
+
+def _expected_fates(trace) -> None:
+    assert trace.uplink.lost.tolist() == [k % 5 == 3 for k in range(20)]
+    assert trace.downlink.lost.tolist() == [k % 4 == 1 for k in range(20) if k % 5 != 3]
+
+
+def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path):
+    recorder, got, node, context = _record_and_publish(tmp_path, ['--raw', '--flush-period', '60'])
+    try:
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(timeout=15) == 0
+    finally:
+        recorder.kill()
+        context.try_shutdown()
+    trace = read_trace_bag(tmp_path / 'rec')
+    published = sorted(Sample(m.direction, m.seq, m.sent_ns, m.received_ns, m.size_bytes, m.lost) for m in got)
+    assert sorted(trace.samples()) == published  # nothing was flushed before the SIGINT: close wrote it all
+    _expected_fates(trace)
+    from mcap.reader import make_reader
+    with open(tmp_path / 'rec' / 'rec.mcap', 'rb') as f:
+        counts = {c.topic: n for c, n in _channel_counts(make_reader(f)).items()}
+    ns = node.get_namespace()
+    assert counts == {f'{ns}/trace': 36, f'{ns}/edge/observation': 20, f'{ns}/desktop/observation': 16,
+                      f'{ns}/desktop/action': 16, f'{ns}/edge/action': 12}
+
+
+def _channel_counts(reader) -> dict:
+    summary = reader.get_summary()
+    return {summary.channels[cid]: n for cid, n in summary.statistics.channel_message_counts.items()}
+
+
+def test_recording_killed_keeps_every_flushed_sample(tmp_path):
+    recorder, got, _, context = _record_and_publish(tmp_path, ['--flush-period', '0.2'])
+    try:
+        executor = SingleThreadedExecutor(context=context)
+        flushed = lambda: _readable(tmp_path / 'rec') >= 36  # noqa: E731
+        assert spin_until(executor, flushed, timeout_s=10.0)
+        recorder.send_signal(signal.SIGKILL)
+        recorder.wait(timeout=15)
+    finally:
+        recorder.kill()
+        context.try_shutdown()
+    with pytest.raises(TraceError, match='never closed'):
+        read_trace_bag(tmp_path / 'rec')
+    _expected_fates(read_trace_bag(tmp_path / 'rec', recover=True))
+
+
+def _readable(bag: Path) -> int:
+    try:
+        return len(read_trace_bag(bag, recover=True))
+    except TraceError:
+        return 0
