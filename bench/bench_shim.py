@@ -4,14 +4,18 @@ The shim runs in its own process with a fixed-delay profile (20 ms each way). Th
 publishes Observations at ``--rate`` Hz to both ``edge/observation`` (through the shim) and
 ``direct/observation`` (no shim), and receives both. Measured per run:
 
-- release error: the shim's actual publish time minus the release time its Relay planned;
-- shim path: receive time minus send stamp minus the configured delay;
-- direct path: receive time minus send stamp;
+- release error: the shim's actual publish time minus the release time its Relay planned
+  (CLOCK_MONOTONIC, in the shim process);
+- shim path: DDS reception time minus send stamp minus the configured delay;
+- direct path: DDS reception time minus send stamp;
 - added latency: p50 shim path minus p50 direct path (target <= 1 ms).
 
-Times come from CLOCK_MONOTONIC, shared by both processes. The first second is warm-up.
+Receive-side times are the reader's DDS reception timestamps and stamps are wall-clock times
+of the same host, so that this process's own executor lag is not charged to the shim. Every
+topic keeps the newest 100 messages (the shim's edge_depth and desktop_depth too), which
+covers 100 ms of backlog at 1,000 msg/s. The first second is warm-up.
 
-    python bench/bench_shim.py [--rate 1000] [--seconds 10] [--repeats 3] [--delay-ms 20] [--release-priority 0]
+    python bench/bench_shim.py [--rate 1000] [--seconds 10] [--repeats 3] [--delay-ms 20] [--realtime-priority 0]
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 TARGET_MS = 1.0
+DEPTH = 100
 
 
 class RunResult(NamedTuple):
@@ -53,11 +58,11 @@ def run_shim(profile: str, priority: int, ready: Any, stop: Any, conn: Any) -> N
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
 
-    from calf_shim.shim_node import ShimNode
+    from calf_shim.shim_node import ShimNode, request_realtime
 
     rclpy.init()
-    node = ShimNode(parameter_overrides=[Parameter('network', value=profile),
-                                         Parameter('release_priority', value=priority)])
+    params = {'network': profile, 'realtime_priority': priority, 'edge_depth': DEPTH, 'desktop_depth': DEPTH}
+    node = ShimNode(parameter_overrides=[Parameter(name, value=value) for name, value in params.items()])
     planned: list[float] = []
     published: list[float] = []
     (relay, send), downlink = node.releaser.outputs
@@ -70,6 +75,7 @@ def run_shim(profile: str, priority: int, ready: Any, stop: Any, conn: Any) -> N
 
     relay.submit = recording_submit
     node.releaser.outputs = ((relay, timed(send, published)), downlink)
+    request_realtime(node, threading.get_native_id(), 'executor')  # as shim_node.main() does
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     ready.set()
@@ -93,7 +99,7 @@ def send_loop(pubs: list[Any], msg_type: type, rate: float, n: int) -> None:
             time.sleep(wait)
         for pub in pubs:
             msg = msg_type(seq=i)
-            msg.header.stamp = time_msg(time.monotonic_ns())
+            msg.header.stamp = time_msg(time.time_ns())
             pub.publish(msg)
 
 
@@ -103,7 +109,7 @@ def run_once(profile: str, delay_ms: float, rate: float, seconds: float, priorit
     from rclpy.executors import SingleThreadedExecutor
 
     from calf_shim.conversions import time_ns
-    from calf_shim.qos import STREAM
+    from calf_shim.qos import QosConfig
 
     ctx = mp.get_context('spawn')
     ready, stop = ctx.Event(), ctx.Event()
@@ -114,12 +120,12 @@ def run_once(profile: str, delay_ms: float, rate: float, seconds: float, priorit
     node = rclpy.create_node('bench_shim')
     arrivals: dict[str, dict[int, float]] = {'shim': {}, 'direct': {}}
 
-    def receiver(path: str):
-        def on_msg(msg: Observation) -> None:
-            arrivals[path][msg.seq] = (time.monotonic_ns() - time_ns(msg.header.stamp)) / 1e6
+    def receiver(path: str) -> Callable[[Observation, dict], None]:
+        def on_msg(msg: Observation, info: dict) -> None:
+            arrivals[path][msg.seq] = (info['received_timestamp'] - time_ns(msg.header.stamp)) / 1e6
         return on_msg
 
-    qos = STREAM.profile()
+    qos = QosConfig(depth=DEPTH).profile()
     pubs = [node.create_publisher(Observation, topic, qos) for topic in ('edge/observation', 'direct/observation')]
     node.create_subscription(Observation, 'desktop/observation', receiver('shim'), qos)
     node.create_subscription(Observation, 'direct/observation', receiver('direct'), qos)
@@ -146,7 +152,8 @@ def run_once(profile: str, delay_ms: float, rate: float, seconds: float, priorit
     direct = np.array([arrivals['direct'][s] for s in measured if s in arrivals['direct']])
     k = min(len(planned), len(published))
     release_err = (np.array(published[warm:k]) - np.array(planned[warm:k])) * 1e3
-    return RunResult(release_err, shim, direct, len(measured), len(measured) - len(shim), len(measured) - len(direct))
+    sent = len(measured)
+    return RunResult(release_err, shim, direct, sent, sent - len(shim), sent - len(direct))
 
 
 def spin_until(executor: Any, condition: Any, timeout_s: float) -> bool:
@@ -166,7 +173,7 @@ def main() -> None:
     parser.add_argument('--seconds', type=float, default=10.0)
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--delay-ms', type=float, default=20.0)
-    parser.add_argument('--release-priority', type=int, default=0, help="the shim's release_priority parameter")
+    parser.add_argument('--realtime-priority', type=int, default=0, help="the shim's realtime_priority parameter")
     args = parser.parse_args()
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
@@ -174,15 +181,16 @@ def main() -> None:
         profile = Path(tmp) / 'bench_fixed.yaml'
         profile.write_text(f'reorder: false\nuplink:\n  - {{model: fixed_delay, latency_ms: {args.delay_ms}}}\n'
                            'downlink: same\n')
-        runs = [run_once(str(profile), args.delay_ms, args.rate, args.seconds, args.release_priority) for _ in range(args.repeats)]
+        runs = [run_once(str(profile), args.delay_ms, args.rate, args.seconds, args.realtime_priority)
+                for _ in range(args.repeats)]
     rows = {
         'release error (publish - planned)': [r.release_err_ms for r in runs],
         f'shim path (recv - stamp - {args.delay_ms:g} ms)': [r.shim_excess_ms for r in runs],
         'direct path (recv - stamp)': [r.direct_ms for r in runs],
     }
     print(f'shim bench: {args.rate:g} msg/s for {args.seconds:g} s (+1 s warm-up), fixed {args.delay_ms:g} ms, '
-          f'{args.repeats} runs, release_priority {args.release_priority}, load average {os.getloadavg()[0]:.1f} '
-          f'on {os.cpu_count()} CPUs; medians over runs, ms')
+          f'{args.repeats} runs, realtime_priority {args.realtime_priority}, '
+          f'load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians over runs, ms')
     print(f'{"metric":<40} {"p50":>8} {"p99":>8} {"max":>8}')
     for name, samples in rows.items():
         p50, p99, top = (statistics.median(pct(s, q) for s in samples) for q in (50, 99, 100))

@@ -19,6 +19,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.publisher import Publisher
 
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
@@ -41,9 +42,13 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Probe(Node):
-    """Records what the nodes of one namespace publish, and can publish raw actions/observations."""
+    """Records what the nodes of one namespace publish, and can publish raw actions/observations.
 
-    def __init__(self, context: Context, namespace: str) -> None:
+    Without ``observe`` it does not subscribe to observation, so that the env node starts ticking
+    only once the policy is there.
+    """
+
+    def __init__(self, context: Context, namespace: str, observe: bool = False) -> None:
         super().__init__('probe', namespace=namespace, context=context)
         self.results: list[EpisodeResult] = []
         self.stats: list[LinkStats] = []
@@ -51,10 +56,17 @@ class Probe(Node):
         self.actions: list[Action] = []
         self.create_subscription(EpisodeResult, 'episode_result', self.results.append, RESULTS)
         self.create_subscription(LinkStats, 'link_stats', self.stats.append, RESULTS)
-        self.create_subscription(Observation, 'observation', self.observations.append, STREAM.profile())
+        if observe:
+            self.create_subscription(Observation, 'observation', self.observations.append, STREAM.profile())
         self.create_subscription(Action, 'action', self.actions.append, STREAM.profile())
         self.action_pub = self.create_publisher(Action, 'action', STREAM.profile())
         self.obs_pub = self.create_publisher(Observation, 'observation', STREAM.profile())
+
+
+def linked(publisher: Publisher, node: Node) -> bool:
+    """Both ends of ``publisher``'s topic have matched the other (discovery is not symmetric)."""
+    ends = [sub for sub in node.subscriptions if sub.topic_name == publisher.topic_name]
+    return publisher.get_subscription_count() > 0 and bool(ends) and all(s.get_publisher_count() for s in ends)
 
 
 class Graph:
@@ -141,9 +153,9 @@ def test_env_and_policy_complete_episodes_and_survive_an_env_restart(graph: Grap
 
 
 def test_malformed_actions_are_rejected_while_the_env_keeps_ticking(graph: Graph) -> None:
-    probe = graph.add(Probe(graph.context, 'b'))
+    probe = graph.add(Probe(graph.context, 'b', observe=True))
     env = env_node(graph, 'b', stats_period_s=0.2)
-    assert graph.until(lambda: probe.observations and probe.action_pub.get_subscription_count() > 0)
+    assert graph.until(lambda: probe.observations and linked(probe.action_pub, env))
     bad = [Action(discrete=2), Action(discrete=-1), Action(discrete=0, discrete_plan=[0, 1, 5])]
     for n, msg in enumerate(bad, 1):
         last = probe.observations[-1]
@@ -160,7 +172,7 @@ def test_malformed_actions_are_rejected_while_the_env_keeps_ticking(graph: Graph
 def test_malformed_observations_are_rejected_and_the_policy_keeps_running(graph: Graph, checkpoint: Path) -> None:
     probe = graph.add(Probe(graph.context, 'c'))
     policy = policy_node(graph, 'c', checkpoint)
-    assert graph.until(lambda: probe.obs_pub.get_subscription_count() > 0)
+    assert graph.until(lambda: linked(probe.obs_pub, policy))
     bad = [Observation(seq=1, data=[0.0] * 3), Observation(seq=2, data=[0.0, math.nan, 0.0, 0.0]),
            Observation(seq=3, data=[0.0] * 4, shape=[2, 3])]
     for n, msg in enumerate(bad, 1):
@@ -178,8 +190,9 @@ def executable(package: str, name: str) -> str:
 
 
 def start(tmp_path: Path, log: str, *args: str) -> subprocess.Popen:
-    out = open(tmp_path / log, 'w')
-    return subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
+    """Start a node process writing its output to ``tmp_path / log``."""
+    with open(tmp_path / log, 'w') as out:
+        return subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
 
 
 def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: Path, tmp_path: Path) -> None:
@@ -218,10 +231,12 @@ def test_exit_codes(tmp_path: Path) -> None:
     (corrupt / 'meta.json').write_text('{not json')
     env = start(tmp_path, 'env.log', executable('calf_env', 'env_node'), '--ros-args', '-p', 'episodes:=2',
                 '-p', 'time_scale:=4', '-p', 'wait_for_subscriber:=false', '-r', '__ns:=/e')
-    bad = [subprocess.run([executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={path}'],
-                          capture_output=True, text=True, timeout=60) for path in (tmp_path / 'absent', corrupt)]
+    bad = [subprocess.Popen([executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={path}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for path in (tmp_path / 'absent', corrupt)]
     assert env.wait(timeout=60) == 0, (tmp_path / 'env.log').read_text()
     assert '2 episodes done' in (tmp_path / 'env.log').read_text()
-    for done, reason in zip(bad, ('no checkpoint at', 'is not valid JSON')):
-        assert done.returncode == 2 and reason in done.stderr, done.stderr
-        assert done.stderr.count('\n') == 1 and 'Traceback' not in done.stderr + done.stdout
+    for proc, reason in zip(bad, ('no checkpoint at', 'is not valid JSON')):
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and reason in stderr, stderr
+        assert stderr.count('\n') == 1 and 'Traceback' not in stderr + stdout

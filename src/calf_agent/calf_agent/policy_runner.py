@@ -7,8 +7,9 @@ the LSTM state, both reset when a new episode starts.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

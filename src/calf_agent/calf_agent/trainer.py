@@ -95,8 +95,8 @@ def cartpole_defaults() -> TrainConfig:
     """Tuned for wall-clock time to solve CartPole-v1 on a small CPU (see bench/)."""
     return TrainConfig(
         total_steps=100_000, num_envs=8, num_steps=32, agent='mlp', hidden=(64, 64),
-        ppo=PPOConfig(learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
-                      num_minibatches=1, update_epochs=20, clip_coef=0.2, clip_vloss=False,
+        ppo=PPOConfig(learning_rate=2e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
+                      num_minibatches=1, update_epochs=15, clip_coef=0.2, clip_vloss=False,
                       ent_coef=0.0),
         meta={'env': 'cartpole'})
 
@@ -119,8 +119,10 @@ def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv],
     """
     out_dir = Path(out_dir)
     rng = seed_everything(cfg.seed, cfg.torch_threads)
-    envs = _wrap(make_vec_env(cfg.num_envs), cfg.num_envs)
+    envs = make_vec_env(cfg.num_envs)
     try:
+        _check_env(envs, cfg.num_envs)
+        envs = RecordEpisodeStatistics(envs)
         agent = _build_agent(cfg, envs)
         loop = _Loop(cfg, agent, envs, rng, out_dir)
         loop.run(progress)
@@ -133,21 +135,18 @@ def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv],
                        float(np.mean(window)) if window else math.nan, loop.solved)
 
 
-def _wrap(envs: gym.vector.VectorEnv, num_envs: int) -> gym.vector.VectorEnv:
-    """Check the env's contract and add episode statistics."""
+def _check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:
+    """Raise ValueError unless ``envs`` meets the trainer's contract (see the module doc)."""
     if envs.num_envs != num_envs:
         raise ValueError(f'make_vec_env({num_envs}) returned {envs.num_envs} envs')
     mode = envs.metadata.get('autoreset_mode')
     if mode != AutoresetMode.SAME_STEP:
-        envs.close()
         raise ValueError(f'the trainer needs autoreset_mode SAME_STEP, got {mode}: pass '
                          "vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP}")
     space = envs.single_observation_space
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        envs.close()
         raise ValueError(f'the trainer needs a flat Box observation, got {space}: flatten it '
                          '(e.g. gym.wrappers.FlattenObservation)')
-    return RecordEpisodeStatistics(envs)
 
 
 def _action_layout(space: gym.Space) -> tuple[int, int]:

@@ -18,6 +18,8 @@ import yaml
 
 from calf_shim.errors import ConfigError
 
+from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers
+
 NAMESPACE = '/calf'
 MODES = ('local_sim', 'sim_net', 'edge_sim')
 ROLES = ('all', 'edge', 'desktop')
@@ -34,7 +36,8 @@ LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ('time_scale', '1.0', 'run this many times faster than real time (scales dt and every delay)'),
     ('episodes', '0', 'episodes before the env node exits; 0 runs forever'),
     ('domain_id', '', 'ROS_DOMAIN_ID of every node; empty: inherited'),
-    ('discovery', '', 'localhost, subnet, off, system_default or a Fast DDS XML profile; empty: inherited'),
+    ('discovery', '', 'localhost, subnet, off, system_default, a Fast DDS XML profile, or peers:IP,IP,... '
+                      '(static peers, no multicast: for Wi-Fi); empty: inherited'),
 )
 """The arguments of every launch file, (name, default, description), all strings as launch passes them."""
 
@@ -62,7 +65,8 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
     - ``edge_sim``: the edge runs env, plus the shim when ``network`` is not ``sim_clean``; the
       desktop runs the policy. Start each role on its own machine with the same arguments.
 
-    ``discovery`` is a ROS_AUTOMATIC_DISCOVERY_RANGE value or a Fast DDS XML profile (``*.xml``).
+    ``discovery`` is a ROS_AUTOMATIC_DISCOVERY_RANGE value, a Fast DDS XML profile (``*.xml``) or
+    ``peers:IP,IP,...`` (see ``discovery_env``).
     """
     _check_choice('mode', mode, MODES)
     _check_choice('role', role, ROLES)
@@ -83,13 +87,22 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
 
 
 def discovery_env(discovery: str | None) -> dict[str, str]:
-    """Environment variables that select DDS discovery: a range, or a Fast DDS XML profile file."""
+    """Environment variables that select DDS discovery: a range, or a Fast DDS XML profile file.
+
+    ``peers:IP,IP,...`` writes the static-peers profile for those addresses (``calf_bringup.discovery``).
+    A profile comes with the range SYSTEM_DEFAULT, under which ROS 2 leaves discovery to the profile:
+    an inherited LOCALHOST would override its discovery locators.
+    """
     if not discovery:
         return {}
+    if discovery.startswith(PEERS_PREFIX):
+        discovery = str(write_static_peers(parse_peers(discovery[len(PEERS_PREFIX):])))
     if discovery.endswith('.xml'):
         path = str(Path(discovery).expanduser().resolve())
-        return {'FASTDDS_DEFAULT_PROFILES_FILE': path, 'FASTRTPS_DEFAULT_PROFILES_FILE': path}
-    _check_choice('discovery', discovery.lower(), DISCOVERY_RANGES, what='a Fast DDS *.xml profile or')
+        return {'FASTDDS_DEFAULT_PROFILES_FILE': path, 'FASTRTPS_DEFAULT_PROFILES_FILE': path,
+                'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SYSTEM_DEFAULT'}
+    _check_choice('discovery', discovery.lower(), DISCOVERY_RANGES,
+                  what=f'{PEERS_PREFIX}IP,IP,..., a Fast DDS *.xml profile or')
     return {'ROS_AUTOMATIC_DISCOVERY_RANGE': discovery.upper()}
 
 

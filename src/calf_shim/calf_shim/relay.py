@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import os
 import threading
 from collections import deque
 from dataclasses import dataclass, replace
@@ -101,12 +100,17 @@ class Relay:
         """Swap the network model; messages already in flight keep their release times."""
         self.link = link
 
-    def latency_percentiles_ms(self, qs: Iterable[float] = (50, 95, 99)) -> tuple[float, ...]:
-        """Percentiles of (release - submit) over the latest released copies; NaN when there are none."""
-        qs = tuple(qs)
-        if not self._latencies_s:
-            return tuple(math.nan for _ in qs)
-        return tuple(float(v) * 1e3 for v in np.percentile(np.fromiter(self._latencies_s, float), qs))
+    def latencies_s(self) -> list[float]:
+        """(release - submit) of the latest released copies, oldest first (a copy of the bounded window)."""
+        return list(self._latencies_s)
+
+
+def percentiles_ms(samples_s: Sequence[float], qs: Iterable[float] = (50, 95, 99)) -> tuple[float, ...]:
+    """Percentiles of delays given in seconds, in milliseconds; NaN when there are no samples."""
+    qs = tuple(qs)
+    if not samples_s:
+        return tuple(math.nan for _ in qs)
+    return tuple(float(v) * 1e3 for v in np.percentile(np.asarray(samples_s, float), qs))
 
 
 class DirectionStats(NamedTuple):
@@ -131,11 +135,13 @@ class ReleaseThread:
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name='calf-release', daemon=True)
 
-    def start(self, priority: int = 0) -> None:
-        """Start; with priority > 0, ask for SCHED_FIFO at that priority (raises OSError if not permitted)."""
+    def start(self) -> None:
         self._thread.start()
-        if priority > 0:
-            os.sched_setscheduler(self._thread.native_id, os.SCHED_FIFO, os.sched_param(priority))
+
+    @property
+    def native_id(self) -> int | None:
+        """The OS thread id once started (for scheduling policies)."""
+        return self._thread.native_id
 
     def stop(self) -> None:
         """Stop and join; messages still in flight are discarded."""
@@ -145,11 +151,12 @@ class ReleaseThread:
         if self._thread.is_alive():
             self._thread.join()
 
-    def submit(self, index: int, item: Any, size_bytes: int, age_s: float = 0.0) -> None:
-        """Relay `item` on output `index`; it reached the shim `age_s` seconds ago."""
+    def submit(self, index: int, item: Any, size_bytes: int, received_s: float | None = None) -> None:
+        """Relay `item` on output `index`; it reached the shim at `received_s` (clock time, default now)."""
         with self._cond:
             earliest = self._next_release_s()
-            releases = self.outputs[index][0].submit(self._clock() - age_s, item, size_bytes)
+            now_s = self._clock() if received_s is None else received_s
+            releases = self.outputs[index][0].submit(now_s, item, size_bytes)
             if releases and (earliest is None or min(releases) < earliest):
                 self._cond.notify()
 
@@ -160,9 +167,11 @@ class ReleaseThread:
                 relay.set_link(link)
 
     def stats(self, index: int) -> DirectionStats:
+        """Copy under the lock, compute percentiles outside it (the release thread keeps going)."""
         with self._cond:
             relay = self.outputs[index][0]
-            return DirectionStats(replace(relay.counters), relay.latency_percentiles_ms())
+            counters, samples = replace(relay.counters), relay.latencies_s()
+        return DirectionStats(counters, percentiles_ms(samples))
 
     def _next_release_s(self) -> float | None:
         times = [t for t in (relay.next_release_s() for relay, _ in self.outputs) if t is not None]

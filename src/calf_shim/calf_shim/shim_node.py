@@ -7,7 +7,9 @@ parameter can be changed at runtime; every other parameter is read-only.
 """
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +47,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'desktop_durability': (STREAM.durability, 'QoS durability on desktop/*: volatile or transient_local'),
     'desktop_depth': (STREAM.depth, 'QoS history depth on desktop/*'),
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
-    'release_priority': (0, 'if > 0, run the release thread as SCHED_FIFO at this priority (needs CAP_SYS_NICE)'),
+    'realtime_priority': (0, 'if > 0, the release and executor threads run SCHED_FIFO at this priority (Linux, '
+                          'needs CAP_SYS_NICE or an rtprio limit); keeps release times accurate on a busy host'),
 }
 
 
@@ -60,7 +63,7 @@ class ShimConfig:
     edge_qos: QosConfig
     desktop_qos: QosConfig
     stats_period_s: float
-    release_priority: int
+    realtime_priority: int
 
     @classmethod
     def from_node(cls, node: Node) -> ShimConfig:
@@ -75,7 +78,7 @@ class ShimConfig:
         config = cls(p['network'], p['seed'], p['time_scale'], p['queue_capacity'],
                      QosConfig(p['edge_reliability'], p['edge_durability'], p['edge_depth']),
                      QosConfig(p['desktop_reliability'], p['desktop_durability'], p['desktop_depth']),
-                     p['stats_period_s'], p['release_priority'])
+                     p['stats_period_s'], p['realtime_priority'])
         if not config.stats_period_s > 0:
             raise ConfigError(f'stats_period_s must be > 0, got {config.stats_period_s}')
         return config
@@ -85,15 +88,29 @@ def _now_s() -> float:
     return time.monotonic_ns() / 1e9
 
 
-def _age_s(info: dict) -> float:
-    """How long ago DDS received the message (its clock is the wall clock), 0 when unknown."""
+def _received_s(info: dict) -> float:
+    """When DDS received the message, on the monotonic clock (DDS stamps it with the wall clock)."""
+    now_s, wall_ns = _now_s(), time.time_ns()
     received_ns = info.get('received_timestamp', 0)
     if not received_ns:
-        return 0.0
-    return min(max((time.time_ns() - received_ns) / 1e9, 0.0), MAX_AGE_S)
+        return now_s
+    return now_s - min(max((wall_ns - received_ns) / 1e9, 0.0), MAX_AGE_S)
+
+
+def request_realtime(node: ShimNode, native_id: int, role: str) -> None:
+    """Move one thread to SCHED_FIFO at the node's realtime_priority; warn when not permitted."""
+    priority = node.config.realtime_priority
+    if priority > 0:
+        try:
+            os.sched_setscheduler(native_id, os.SCHED_FIFO, os.sched_param(priority))
+        except OSError as err:
+            node.get_logger().warn(f'realtime_priority {priority} not applied to the {role} thread: '
+                                   f'{err.strerror}')
 
 
 class ShimNode(Node):
+    """Relays edge/observation -> desktop/observation and desktop/action -> edge/action through a profile."""
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('shim', **kwargs)
         self.config = cfg = ShimConfig.from_node(self)
@@ -113,10 +130,8 @@ class ShimNode(Node):
         self._stats_seq = 0
         self.create_timer(cfg.stats_period_s, self._publish_stats)
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        try:
-            self.releaser.start(cfg.release_priority)
-        except OSError as err:
-            self.get_logger().warn(f'release_priority {cfg.release_priority} not applied: {err.strerror}')
+        self.releaser.start()
+        request_realtime(self, self.releaser.native_id, 'release')
         self.get_logger().info(f'network {cfg.network!r}, time_scale {cfg.time_scale:g}')
 
     def _subscribe(self, msg_type: type, topic: str, qos: QoSProfile, index: int) -> None:
@@ -125,7 +140,7 @@ class ShimNode(Node):
             self.dropped_middleware[index] += info.total_count_change
 
         def on_message(data: bytes, info: dict) -> None:
-            self.releaser.submit(index, data, len(data), _age_s(info))
+            self.releaser.submit(index, data, len(data), _received_s(info))
 
         try:
             self.create_subscription(msg_type, topic, on_message, qos, raw=True,
@@ -135,13 +150,14 @@ class ShimNode(Node):
             self.create_subscription(msg_type, topic, on_message, qos, raw=True)
 
     def _publish_stats(self) -> None:
+        """One LinkStats per direction; `rejected` stays 0, since the shim never parses what it relays."""
         stamp = time_msg(self.get_clock().now().nanoseconds)
         for index, direction in enumerate((LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)):
             c, latency_ms = self.releaser.stats(index)
             msg = LinkStats(seq=self._stats_seq, reporter=self.get_name(), direction=direction,
                             received=c.received, delivered=c.delivered, dropped_injected=c.dropped_injected,
                             dropped_queue=c.dropped_queue, dropped_middleware=self.dropped_middleware[index])
-            msg.header.stamp = stamp  # rejected stays 0: the shim relays bytes without parsing them
+            msg.header.stamp = stamp
             msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
             self._stats_seq += 1
             self._stats.publish(msg)
@@ -167,6 +183,7 @@ def main(args: list[str] | None = None) -> int:
     node = None
     try:
         node = ShimNode()
+        request_realtime(node, threading.get_native_id(), 'executor')
         rclpy.spin(node)
     except CalfError as err:
         print(f'shim_node: error: {err}', file=sys.stderr)

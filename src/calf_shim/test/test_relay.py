@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from calf_shim.errors import ConfigError
 from calf_shim.link import Link
 from calf_shim.models import Bandwidth, BernoulliLoss, Duplicate, FixedDelay, GaussianDelay, TraceReplay
-from calf_shim.relay import Relay
+from calf_shim.relay import Relay, ReleaseThread, percentiles_ms
 
 
 def link(*stages, reorder: bool = True) -> Link:
@@ -103,13 +105,14 @@ def test_time_scale_runs_stateful_models_in_model_time() -> None:
 
 def test_latency_percentiles_cover_released_copies_in_a_bounded_window() -> None:
     relay = Relay(trace([10.0, 20.0, 30.0, 40.0]), capacity=10, window=3)
-    assert all(math.isnan(v) for v in relay.latency_percentiles_ms())
+    assert relay.latencies_s() == [] and all(math.isnan(v) for v in percentiles_ms([]))
     for i in range(4):
         relay.submit(0.0, i, 64)
     relay.due(0.035)
-    assert relay.latency_percentiles_ms((0, 50, 100)) == pytest.approx((10.0, 20.0, 30.0))
+    assert relay.latencies_s() == pytest.approx([0.010, 0.020, 0.030])
     relay.due(1.0)
-    assert relay.latency_percentiles_ms((0, 50, 100)) == pytest.approx((20.0, 30.0, 40.0))
+    assert relay.latencies_s() == pytest.approx([0.020, 0.030, 0.040])
+    assert percentiles_ms(relay.latencies_s(), (0, 50, 100)) == pytest.approx((20.0, 30.0, 40.0))
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2])
@@ -123,7 +126,8 @@ def test_counters_balance_under_random_loss_duplication_and_overflow(seed: int) 
         relay.due(now_s)
     c = relay.counters
     assert c.dropped_injected > 0 and c.dropped_queue > 0
-    assert c.received + lnk.stats.duplicated == c.delivered + c.dropped_injected + c.dropped_queue + relay.in_flight()
+    copies = c.received + lnk.stats.duplicated
+    assert copies == c.delivered + c.dropped_injected + c.dropped_queue + relay.in_flight()
 
 
 @pytest.mark.parametrize('kwargs, fragment', [
@@ -136,3 +140,61 @@ def test_counters_balance_under_random_loss_duplication_and_overflow(seed: int) 
 def test_invalid_arguments_name_the_value(kwargs: dict, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         Relay(link(), **{'capacity': 10, **kwargs})
+
+
+class Sink:
+    """Records what a ReleaseThread sends, with the clock reading at each send."""
+
+    def __init__(self, expected: int) -> None:
+        self.items: list[tuple[object, float]] = []
+        self.expected = expected
+        self.done = threading.Event()
+
+    def __call__(self, item: object) -> None:
+        self.items.append((item, time.monotonic()))
+        if len(self.items) >= self.expected:
+            self.done.set()
+
+
+def test_release_thread_sends_each_output_at_its_release_times() -> None:
+    up, down = Sink(3), Sink(1)
+    releaser = ReleaseThread([(Relay(link(FixedDelay(30.0)), 10), up), (Relay(link(FixedDelay(5.0)), 10), down)],
+                             clock=time.monotonic)
+    releaser.start()
+    try:
+        start = time.monotonic()
+        for item in 'abc':
+            releaser.submit(0, item, 64)
+        releaser.submit(1, 'z', 64)
+        assert up.done.wait(5.0) and down.done.wait(5.0)
+    finally:
+        releaser.stop()
+    assert [item for item, _ in up.items] == ['a', 'b', 'c'] and down.items[0][0] == 'z'
+    assert up.items[0][1] - start >= 0.030 and down.items[0][1] - start >= 0.005
+    assert down.items[0][1] < up.items[0][1]  # the later-submitted, shorter delay went first
+    assert releaser.stats(0).counters.delivered == 3
+
+
+def test_release_thread_honours_the_receive_time_and_swaps_links() -> None:
+    sink = Sink(2)
+    releaser = ReleaseThread([(Relay(link(FixedDelay(10_000.0)), 10), sink)], clock=time.monotonic)
+    releaser.start()
+    try:
+        releaser.set_links([link(FixedDelay(200.0))])
+        start = time.monotonic()
+        releaser.submit(0, 'old', 64, received_s=start - 0.2)  # received 200 ms ago: due now
+        releaser.submit(0, 'new', 64)
+        assert sink.done.wait(5.0)
+    finally:
+        releaser.stop()
+    assert [item for item, _ in sink.items] == ['old', 'new']
+    assert sink.items[0][1] - start < 0.15 <= sink.items[1][1] - start
+
+
+def test_release_thread_stop_discards_messages_in_flight() -> None:
+    sink = Sink(1)
+    releaser = ReleaseThread([(Relay(link(FixedDelay(60_000.0)), 10), sink)], clock=time.monotonic)
+    releaser.start()
+    releaser.submit(0, 'never', 64)
+    releaser.stop()
+    assert sink.items == [] and releaser.stats(0).counters.received == 1

@@ -1,0 +1,215 @@
+"""ShimNode in-process over DDS: per-direction delays and order, time scaling, loss counts, runtime profile swaps."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from calf_msgs.msg import Action, LinkStats, Observation
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from calf_shim.conversions import time_msg, time_ns
+from calf_shim.qos import RESULTS
+from calf_shim.shim_node import ShimNode, main
+from ros_helpers import new_context, spin_until
+
+pytestmark = pytest.mark.ros
+
+RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+PROBE_EPISODE = 1  # messages sent until the path works; measured messages use episode 0
+DIRECTIONS = {  # name: (message type, topic the client publishes on, topic it receives on)
+    'uplink': (Observation, 'edge/observation', 'desktop/observation'),
+    'downlink': (Action, 'desktop/action', 'edge/action'),
+}
+
+
+def write_profile(tmp_path: Path, name: str, uplink: list[dict], downlink: list[dict] | str = 'same') -> str:
+    path = tmp_path / f'{name}.yaml'
+    path.write_text(f'reorder: false\nuplink: {uplink}\ndownlink: {downlink}\n')
+    return str(path)
+
+
+def fixed(ms: float) -> list[dict]:
+    return [{'model': 'fixed_delay', 'latency_ms': ms}]
+
+
+class Client:
+    """A plain node on both far sides of the shim: publishes stamped messages, records their delays.
+
+    Messages are stamped with the wall clock, and a delay is the DDS reception time (also wall
+    clock) minus the stamp, so that the test's own executor lag is not counted against the shim.
+    """
+
+    def __init__(self, node: Node, executor: SingleThreadedExecutor, direction: str) -> None:
+        self.node, self.executor = node, executor
+        self.msg_type, pub_topic, sub_topic = DIRECTIONS[direction]
+        self.pub = node.create_publisher(self.msg_type, pub_topic, RELIABLE)
+        node.create_subscription(self.msg_type, sub_topic, self._on_message, RELIABLE)
+        self.received: list[tuple[int, float]] = []  # (seq, delay in ms) of measured messages
+        self.published = self.arrived = 0  # every message, probes included
+
+    def _on_message(self, msg: Any, info: dict) -> None:
+        self.arrived += 1
+        if msg.episode != PROBE_EPISODE:
+            seq = msg.seq if self.msg_type is Observation else msg.obs_seq
+            self.received.append((seq, (info['received_timestamp'] - time_ns(msg.header.stamp)) / 1e6))
+
+    def publish(self, seq: int, episode: int = 0) -> None:
+        msg = self.msg_type(episode=episode)
+        if self.msg_type is Observation:
+            msg.seq = seq
+        else:
+            msg.obs_seq = seq
+        msg.header.stamp = time_msg(time.time_ns())
+        self.pub.publish(msg)
+        self.published += 1
+
+    def wait_for_path(self, timeout_s: float = 15.0) -> None:
+        """Send a probe every 50 ms until one crosses the shim; then wait for the rest of them."""
+        timer = self.node.create_timer(0.05, lambda: self.publish(0, PROBE_EPISODE))
+        assert spin_until(self.executor, lambda: self.arrived > 0, timeout_s), 'no probe crossed the shim'
+        self.node.destroy_timer(timer)
+        assert spin_until(self.executor, lambda: self.arrived == self.published, timeout_s)
+
+    def send(self, n: int, period_s: float = 0.005) -> None:
+        """Publish n measured messages period_s apart, from a timer; return when the last is out."""
+        self.received = []
+        seqs = iter(range(n))
+
+        def tick() -> None:
+            seq = next(seqs, None)
+            if seq is None:
+                timer.cancel()
+            else:
+                self.publish(seq)
+
+        timer = self.node.create_timer(period_s, tick)
+        assert spin_until(self.executor, timer.is_canceled, 10.0 + n * period_s)
+        self.node.destroy_timer(timer)
+
+    def measure(self, n: int, timeout_s: float = 10.0) -> list[tuple[int, float]]:
+        """Send n messages and wait until all of them arrive."""
+        self.send(n)
+        assert spin_until(self.executor, lambda: len(self.received) >= n, timeout_s), \
+            f'{len(self.received)} of {n} messages arrived'
+        return self.received
+
+
+class Graph:
+    """A private context holding one executor, a shim and a client node."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.executor = SingleThreadedExecutor(context=context)
+        self.client_node = Node('shim_test_client', context=context)
+        self.executor.add_node(self.client_node)
+        self.shim: ShimNode | None = None
+
+    def start_shim(self, **params: Any) -> ShimNode:
+        params = {'edge_reliability': 'reliable', 'desktop_reliability': 'reliable', 'stats_period_s': 0.1,
+                  **params}
+        self.shim = ShimNode(context=self.context,
+                             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+        self.executor.add_node(self.shim)
+        return self.shim
+
+    def client(self, direction: str) -> Client:
+        return Client(self.client_node, self.executor, direction)
+
+    def close(self) -> None:
+        for node in (self.shim, self.client_node):
+            if node is not None:
+                self.executor.remove_node(node)
+                node.destroy_node()
+        self.executor.shutdown()
+        self.context.try_shutdown()
+
+
+@pytest.fixture
+def graph() -> Iterator[Graph]:
+    g = Graph(new_context())
+    try:
+        yield g
+    finally:
+        g.close()
+
+
+def assert_delays(received: list[tuple[int, float]], n: int, delay_ms: float) -> None:
+    """All n arrived in order, none early, the median within 2 ms and three quarters within 3 ms of delay_ms.
+
+    The tail is left to bench/bench_shim.py: on a loaded two-core machine the OS can hold any
+    thread of this process back for tens of milliseconds.
+    """
+    assert [seq for seq, _ in received] == list(range(n))
+    errors = np.array([d for _, d in received]) - delay_ms
+    assert errors.min() > -0.5, f'released early: {errors.min():.2f} ms'
+    assert abs(np.median(errors)) <= 2.0, f'median error {np.median(errors):.2f} ms'
+    assert np.percentile(errors, 75) <= 3.0, f'p75 error {np.percentile(errors, 75):.2f} ms'
+
+
+@pytest.mark.parametrize('direction, delay_ms', [('uplink', 30.0), ('downlink', 15.0)])
+def test_each_direction_relays_every_message_in_order_after_its_delay(graph: Graph, tmp_path: Path,
+                                                                      direction: str, delay_ms: float) -> None:
+    graph.start_shim(network=write_profile(tmp_path, 'split', fixed(30.0), fixed(15.0)))
+    client = graph.client(direction)
+    client.wait_for_path()
+    assert_delays(client.measure(40), 40, delay_ms)
+
+
+def test_time_scale_divides_the_model_delay(graph: Graph, tmp_path: Path) -> None:
+    graph.start_shim(network=write_profile(tmp_path, 'slow', fixed(60.0)), time_scale=4.0)
+    client = graph.client('uplink')
+    client.wait_for_path()
+    assert_delays(client.measure(40), 40, 15.0)
+
+
+def test_injected_losses_are_counted_in_link_stats(graph: Graph, tmp_path: Path) -> None:
+    graph.start_shim(network=write_profile(tmp_path, 'lossy', [{'model': 'bernoulli_loss', 'p': 0.5}]), seed=3)
+    stats: dict[int, LinkStats] = {}
+    graph.client_node.create_subscription(LinkStats, 'shim/link_stats',
+                                          lambda msg: stats.__setitem__(msg.direction, msg), RESULTS)
+    client = graph.client('uplink')
+    client.wait_for_path()
+    client.send(100)
+
+    def settled() -> bool:
+        up = stats.get(LinkStats.DIRECTION_UPLINK)
+        return up is not None and up.received == client.published and up.delivered == client.arrived
+    assert spin_until(graph.executor, settled, 10.0)
+    up = stats[LinkStats.DIRECTION_UPLINK]
+    assert up.reporter == 'shim'
+    assert up.received == up.delivered + up.dropped_injected
+    assert 25 <= up.dropped_injected <= 75
+    assert (up.dropped_queue, up.dropped_middleware, up.rejected) == (0, 0, 0)
+    assert 0 < len(client.received) < 100
+    assert stats[LinkStats.DIRECTION_DOWNLINK].received == 0
+
+
+def test_bad_runtime_profile_is_rejected_and_the_old_one_kept(graph: Graph, tmp_path: Path) -> None:
+    first = write_profile(tmp_path, 'first', fixed(30.0))
+    shim = graph.start_shim(network=first)
+    client = graph.client('uplink')
+    client.wait_for_path()
+    bad_yaml = write_profile(tmp_path, 'negative', fixed(-5.0))
+    for bad, reason in [('no_such_profile', 'unknown network profile'), (bad_yaml, 'latency_ms must be >= 0')]:
+        [result] = shim.set_parameters([Parameter('network', value=bad)])
+        assert not result.successful and reason in result.reason
+    [result] = shim.set_parameters([Parameter('time_scale', value=2.0)])
+    assert not result.successful
+    assert shim.get_parameter('network').value == first
+    assert_delays(client.measure(20), 20, 30.0)
+    [result] = shim.set_parameters([Parameter('network', value=write_profile(tmp_path, 'second', fixed(10.0)))])
+    assert result.successful
+    assert_delays(client.measure(20), 20, 10.0)
+
+
+def test_main_exits_2_with_one_line_for_a_bad_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(['--ros-args', '-p', 'network:=no_such_profile']) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'unknown network profile' in err[0] and 'Traceback' not in err[0]

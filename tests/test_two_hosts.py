@@ -1,0 +1,331 @@
+"""Edge sim across two network hosts: two Linux network namespaces joined by a veth pair.
+
+The edge namespace runs ``calf run edge_sim --role edge`` (the env node, plus the shim when a
+network is given), the desktop namespace ``calf run edge_sim --role desktop`` (the policy node).
+The two find each other with the static-peers discovery profile (``--discovery peers:A,B``) over a
+private /30 that exists only inside the namespaces; neither has a route anywhere else. Episode
+results are read inside the edge namespace by this file run as a script (``python
+test_two_hosts.py listen``), which prints one JSON line per EpisodeResult.
+
+Needs root and iproute2 (``ip netns``, ``tc``); skips otherwise. The namespaces, and every process
+left in them, are removed when the module ends, also after a failure. One small CartPole policy is
+trained per module (PPO, 20,000 steps under sim_clean, ~15 s). Latencies are real milliseconds
+measured by the env node; multiplied by the time scale they are in profile units.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple, TypeVar
+
+import numpy as np
+import pytest
+
+from calf_agent.regimes import train_policy
+from calf_bringup.graph import NAMESPACE, discovery_env
+
+pytestmark = pytest.mark.ros
+
+SCALE = 4.0
+LIVE_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
+T = TypeVar('T')
+Results = list[dict[str, Any]]
+
+
+class Hosts(NamedTuple):
+    """Two namespaces joined by a veth pair: the namespace, device and address of each end."""
+
+    edge_ns: str
+    edge_dev: str
+    edge_ip: str
+    desktop_ns: str
+    desktop_dev: str
+    desktop_ip: str
+
+    @property
+    def discovery(self) -> str:
+        """The ``--discovery`` value of both sides: static peers, no multicast."""
+        return f'peers:{self.edge_ip},{self.desktop_ip}'
+
+
+def ip(*args: str) -> str:
+    """Run ``ip ARGS``; its output. A failure raises with ip's own message."""
+    done = subprocess.run(['ip', *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f'ip {" ".join(args)}: {done.stderr.strip()}')
+    return done.stdout
+
+
+def tc(ns: str, *args: str) -> str:
+    """Run ``tc ARGS`` inside namespace ``ns``; its output."""
+    return subprocess.run(['tc', '-n', ns, *args], capture_output=True, text=True, check=True).stdout
+
+
+def kill_namespace(ns: str) -> None:
+    """SIGKILL every process inside ``ns`` (all of them were started by this module)."""
+    pids = subprocess.run(['ip', 'netns', 'pids', ns], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def create_hosts(hosts: Hosts) -> None:
+    """Both namespaces with loopback up, and the veth pair, created inside them, with /30 addresses."""
+    ip('link', 'add', hosts.edge_dev, 'netns', hosts.edge_ns, 'type', 'veth',
+       'peer', 'name', hosts.desktop_dev, 'netns', hosts.desktop_ns)
+    for ns, dev, address in ((hosts.edge_ns, hosts.edge_dev, hosts.edge_ip),
+                             (hosts.desktop_ns, hosts.desktop_dev, hosts.desktop_ip)):
+        ip('-n', ns, 'link', 'set', 'lo', 'up')
+        ip('-n', ns, 'address', 'add', f'{address}/30', 'dev', dev)
+        ip('-n', ns, 'link', 'set', dev, 'up')
+
+
+@pytest.fixture(scope='module')
+def hosts() -> Iterator[Hosts]:
+    if os.geteuid() != 0:
+        pytest.skip('needs root: the test creates network namespaces and a veth pair')
+    if shutil.which('ip') is None or shutil.which('tc') is None:
+        pytest.skip('needs iproute2 (ip netns, tc)')
+    tag = os.getpid()
+    hosts = Hosts(f'calf-edge-{tag}', f'ce{tag}', '10.77.0.1', f'calf-desktop-{tag}', f'cd{tag}', '10.77.0.2')
+    created = []
+    try:
+        for ns in (hosts.edge_ns, hosts.desktop_ns):
+            try:
+                ip('netns', 'add', ns)
+            except RuntimeError as err:
+                pytest.skip(f'ip netns is unavailable here: {err}')
+            created.append(ns)
+        create_hosts(hosts)
+        yield hosts
+    finally:
+        for ns in created:
+            kill_namespace(ns)
+            ip('netns', 'delete', ns)  # takes the veth pair with it
+
+
+@pytest.fixture(scope='module')
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp('policy') / 'cartpole_baseline'
+    train_policy('cartpole', 'sim_clean', seed=0, out_dir=out, steps=20_000, regime='baseline', progress=False)
+    return out
+
+
+class Side:
+    """A command running inside a namespace, in its own process group, its output in ``log``."""
+
+    def __init__(self, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
+                 stdout: int | None = None) -> None:
+        self.log = log
+        with open(log, 'w') as out:
+            self.process = subprocess.Popen(['ip', 'netns', 'exec', ns, *argv], stdin=subprocess.DEVNULL,
+                                            stdout=stdout or out, stderr=out, text=True,
+                                            env={**os.environ, **(env or {})}, process_group=0)
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def tail(self, lines: int = 8) -> str:
+        return f'--- {self.log.name}\n' + '\n'.join(self.log.read_text(errors='replace').splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM (``calf run`` then stops its nodes), SIGKILL after STOP_TIMEOUT_S."""
+        if self.running():
+            self.process.terminate()
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+class Listener(Side):
+    """EpisodeResults received inside the edge namespace, as dicts, in arrival order."""
+
+    def __init__(self, hosts: Hosts, log: Path) -> None:
+        super().__init__(hosts.edge_ns, [sys.executable, __file__, 'listen'], log, discovery_env(hosts.discovery),
+                         stdout=subprocess.PIPE)
+        self.results: Results = []
+        self._changed = threading.Condition()
+        threading.Thread(target=self._read, name='listener', daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._changed:
+                self.results.append(json.loads(line))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, find: Callable[[Results], T | None], timeout_s: float, sides: list[Side]) -> T | None:
+        """Wait until ``find(results)`` finds something, or a side exits, or time runs out."""
+        def done() -> T | bool | None:
+            return find(self.results) or not all(side.running() for side in (self, *sides))
+
+        with self._changed:
+            self._changed.wait_for(done, timeout_s)
+            return find(self.results)
+
+    def last_seq(self) -> int:
+        """The seq of the newest result so far (-1 before the first)."""
+        with self._changed:
+            return max((r['seq'] for r in self.results), default=-1)
+
+
+def live_after(seq: int) -> Callable[[Results], dict[str, Any] | None]:
+    """Finds an episode after ``seq`` played wholly with the policy in the loop: actions reached the env in
+    it and in the episode before it."""
+    def find(results: Results) -> dict[str, Any] | None:
+        driven = {r['seq'] for r in results if r['seq'] > seq and r['actions_applied'] > 0}
+        return next((r for r in results if r['seq'] in driven and r['seq'] - 1 in driven), None)
+    return find
+
+
+def first_after(seq: int) -> Callable[[Results], dict[str, Any] | None]:
+    """Finds the first episode that began after episode ``seq`` had ended."""
+    return lambda results: next((r for r in results if r['seq'] > seq + 1), None)
+
+
+def calf_run(role: str, hosts: Hosts, *options: str) -> list[str]:
+    return [sys.executable, '-m', 'calf_bringup.cli', 'run', 'edge_sim', '--role', role,
+            '--discovery', hosts.discovery, *options]
+
+
+class Link:
+    """Both sides of edge_sim and a listener, running in the two namespaces."""
+
+    def __init__(self, hosts: Hosts, logs: Path, policy: Path, *options: str) -> None:
+        self.hosts, self.logs, self.policy, self.options = hosts, logs, policy, options
+        self.listener = Listener(hosts, logs / 'listener.log')
+        self.edge = Side(hosts.edge_ns, calf_run('edge', hosts, *options), logs / 'edge.log')
+        self.desktop = self.start_desktop()
+
+    def start_desktop(self) -> Side:
+        self.desktop = Side(self.hosts.desktop_ns, calf_run('desktop', self.hosts, '--policy', str(self.policy),
+                                                            *self.options), self.logs / 'desktop.log')
+        return self.desktop
+
+    def wait_for(self, find: Callable[[Results], T | None], what: str) -> T:
+        found = self.listener.wait_for(find, LIVE_TIMEOUT_S, [self.edge, self.desktop])
+        assert found, f'no {what} within {LIVE_TIMEOUT_S:g} s\n' + self.tails()
+        return found
+
+    def tails(self) -> str:
+        return '\n'.join(side.tail() for side in (self.edge, self.desktop, self.listener))
+
+    def stop(self) -> None:
+        for side in (self.desktop, self.edge, self.listener):
+            side.stop()
+
+
+@pytest.fixture
+def link_factory(hosts: Hosts, policy: Path, tmp_path: Path) -> Iterator[Callable[..., Link]]:
+    """Starts a Link with the given ``calf run`` options; stops it, and anything left in the namespaces."""
+    links: list[Link] = []
+
+    def start(*options: str) -> Link:
+        links.append(Link(hosts, tmp_path, policy, *options))
+        return links[-1]
+
+    try:
+        yield start
+    finally:
+        for link in links:
+            link.stop()
+        kill_namespace(hosts.edge_ns)
+        kill_namespace(hosts.desktop_ns)
+
+
+def link_stats(ns: str, dev: str) -> dict[str, Any]:
+    """The packet and byte counters of ``dev`` in ``ns``."""
+    return json.loads(ip('-n', ns, '-j', '-s', 'link', 'show', 'dev', dev))[0]['stats64']
+
+
+def test_cartpole_episodes_cross_the_veth(hosts: Hosts, link_factory: Callable[..., Link]) -> None:
+    before = link_stats(hosts.desktop_ns, hosts.desktop_dev)['rx']['packets']
+    link = link_factory('--time-scale', str(SCALE))
+    episode = link.wait_for(live_after(-1), 'episode with the policy in the loop')
+    assert episode['length'] >= 8 and episode['episode_return'] == episode['length']
+    assert len(episode['e2e_samples_ms']) == episode['actions_applied'] > 0
+    assert np.median(episode['e2e_samples_ms']) < 20.0  # a veth, in real ms
+    crossed = link_stats(hosts.desktop_ns, hosts.desktop_dev)['rx']['packets'] - before
+    assert crossed >= episode['length']  # every observation of the episode came over the veth
+    assert link.edge.running() and link.desktop.running()
+
+
+def test_shim_on_the_edge_adds_its_profile_delay(link_factory: Callable[..., Link]) -> None:
+    """delay_only: 25 ms each way, so the E2E p50 is 50 ms plus the real link and the policy's compute."""
+    scale = 2.0
+    link = link_factory('--network', 'delay_only', '--time-scale', str(scale))
+    episode = link.wait_for(live_after(-1), 'episode with the policy in the loop')
+    p50_ms = float(np.median(episode['e2e_samples_ms'])) * scale
+    assert 50.0 <= p50_ms <= 50.0 + 20.0, episode['e2e_samples_ms']
+
+
+def test_tbf_shaped_veth(hosts: Hosts, link_factory: Callable[..., Link]) -> None:
+    """Shaping the uplink (edge egress) below the observation stream makes its queue stand: every
+    observation waits about the tbf latency bound, and the env measures it end to end."""
+    link = link_factory('--time-scale', str(SCALE))
+    link.wait_for(live_after(-1), 'episode with the policy in the loop')
+    tc(hosts.edge_ns, 'qdisc', 'add', 'dev', hosts.edge_dev, 'root', 'tbf', 'rate', '128kbit', 'burst', '2kb',
+       'latency', '25ms')
+    try:
+        episode = link.wait_for(live_after(link.listener.last_seq()), 'episode through the shaped link')
+        qdisc = json.loads(tc(hosts.edge_ns, '-j', '-s', 'qdisc', 'show', 'dev', hosts.edge_dev))[0]
+    finally:
+        tc(hosts.edge_ns, 'qdisc', 'del', 'dev', hosts.edge_dev, 'root')
+    assert qdisc['kind'] == 'tbf' and qdisc['packets'] > 0 and qdisc['drops'] > 0, qdisc
+    assert np.median(episode['e2e_samples_ms']) >= 15.0, episode['e2e_samples_ms']
+
+
+def test_edge_keeps_ticking_while_the_desktop_restarts(hosts: Hosts, link_factory: Callable[..., Link]) -> None:
+    link = link_factory('--time-scale', str(SCALE))
+    link.wait_for(live_after(-1), 'episode with the policy in the loop')
+    kill_namespace(hosts.desktop_ns)  # the desktop dies: policy node and runner, no clean shutdown
+    link.desktop.process.wait()
+    held = link.wait_for(first_after(link.listener.last_seq()), 'episode after the desktop died')
+    assert held['actions_applied'] == 0 and held['ticks_held'] == held['length'] > 0, held
+    assert link.edge.running()
+    link.start_desktop()
+    resumed = link.wait_for(live_after(link.listener.last_seq()), 'episode with the restarted policy')
+    assert resumed['actions_applied'] > 0 and link.edge.running()
+
+
+def listen() -> None:
+    """Print every EpisodeResult on RESULT_TOPIC as a JSON line, until SIGTERM or SIGINT."""
+    import rclpy
+    from calf_msgs.msg import EpisodeResult
+    from calf_shim.qos import RESULTS
+    from rclpy.executors import ExternalShutdownException
+
+    def on_result(msg: EpisodeResult) -> None:
+        print(json.dumps({'seq': msg.seq, 'length': msg.length, 'episode_return': msg.episode_return,
+                          'actions_applied': msg.actions_applied, 'ticks_held': msg.ticks_held,
+                          'e2e_samples_ms': [float(v) for v in msg.e2e_samples_ms]}), flush=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())
+    rclpy.init()
+    node = rclpy.create_node('two_hosts_listener')
+    node.create_subscription(EpisodeResult, RESULT_TOPIC, on_result, RESULTS)
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__' and sys.argv[1:] == ['listen']:
+    listen()
