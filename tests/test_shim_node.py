@@ -1,6 +1,8 @@
-"""ShimNode in-process over DDS: per-direction delays and order, time scaling, loss counts, runtime profile swaps."""
+"""ShimNode in-process over DDS: per-direction delays and order, time scale, loss counts, runtime swaps."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,7 +18,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from calf_shim.conversions import time_msg, time_ns
 from calf_shim.qos import RESULTS
-from calf_shim.shim_node import ShimNode, main
+from calf_shim.profiles import available_profiles
+from calf_shim.shim_node import ShimNode
 from ros_helpers import new_context, spin_until
 
 pytestmark = pytest.mark.ros
@@ -141,16 +144,16 @@ def graph() -> Iterator[Graph]:
 
 
 def assert_delays(received: list[tuple[int, float]], n: int, delay_ms: float) -> None:
-    """All n arrived in order, none early, the median within 2 ms and three quarters within 3 ms of delay_ms.
+    """All n arrived in order, none early, and the median within 2 ms of delay_ms.
 
-    The tail is left to bench/bench_shim.py: on a loaded two-core machine the OS can hold any
-    thread of this process back for tens of milliseconds.
+    The p90 bound (10 ms) only catches gross errors: on a loaded two-core host the OS can hold
+    a thread back for tens of milliseconds. Tail accuracy is measured by bench/bench_shim.py.
     """
     assert [seq for seq, _ in received] == list(range(n))
     errors = np.array([d for _, d in received]) - delay_ms
     assert errors.min() > -0.5, f'released early: {errors.min():.2f} ms'
     assert abs(np.median(errors)) <= 2.0, f'median error {np.median(errors):.2f} ms'
-    assert np.percentile(errors, 75) <= 3.0, f'p75 error {np.percentile(errors, 75):.2f} ms'
+    assert np.percentile(errors, 90) <= 10.0, f'p90 error {np.percentile(errors, 90):.2f} ms'
 
 
 @pytest.mark.parametrize('direction, delay_ms', [('uplink', 30.0), ('downlink', 15.0)])
@@ -203,13 +206,16 @@ def test_bad_runtime_profile_is_rejected_and_the_old_one_kept(graph: Graph, tmp_
     [result] = shim.set_parameters([Parameter('time_scale', value=2.0)])
     assert not result.successful
     assert shim.get_parameter('network').value == first
-    assert_delays(client.measure(20), 20, 30.0)
+    assert_delays(client.measure(40), 40, 30.0)
     [result] = shim.set_parameters([Parameter('network', value=write_profile(tmp_path, 'second', fixed(10.0)))])
     assert result.successful
-    assert_delays(client.measure(20), 20, 10.0)
+    assert_delays(client.measure(40), 40, 10.0)
 
 
-def test_main_exits_2_with_one_line_for_a_bad_profile(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(['--ros-args', '-p', 'network:=no_such_profile']) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and 'unknown network profile' in err[0] and 'Traceback' not in err[0]
+def test_bad_profile_at_start_up_exits_2_with_one_line() -> None:
+    command = [sys.executable, '-m', 'calf_shim.shim_node', '--ros-args', '-p', 'network:=no_such_profile']
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    available = ', '.join(available_profiles())
+    assert proc.stderr.strip().splitlines() == [
+        f"shim_node: error: unknown network profile 'no_such_profile' (available: {available})"]

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -215,84 +216,104 @@ def test_flushed_samples_survive_an_unclosed_writer(tmp_path, storage):
 
 # --- live recording ---------------------------------------------------------------------------
 
-def _record_and_publish(tmp_path: Path, extra: list[str]) -> tuple[subprocess.Popen, list, Node, object]:
-    """Start `calf trace record` and publish 20 observations and their actions on both sides.
+def _publish_round(pubs: dict, episode: int, seq: int, obs_lost: bool = False, action_lost: bool = False) -> None:
+    """One observation on both sides (unless lost) and, if it arrived, its action on both sides (unless lost)."""
+    from calf_msgs.msg import Action, Observation
 
-    Observations with seq % 5 == 3 never reach the desktop side; of the actions sent, those for
-    seq % 4 == 1 never reach the edge. Returns once the recorder has published every sample."""
+    observation = Observation(seq=seq, episode=episode)
+    pubs['edge/observation'].publish(observation)
+    if obs_lost:
+        return
+    pubs['desktop/observation'].publish(observation)
+    pubs['desktop/action'].publish(Action(obs_seq=seq, episode=episode))
+    if not action_lost:
+        pubs['edge/action'].publish(Action(obs_seq=seq, episode=episode))
+
+
+@pytest.fixture
+def live() -> tuple[list[subprocess.Popen], object]:
+    """A private ROS context, and a list of processes that are killed at teardown if still running."""
+    started: list[subprocess.Popen] = []
+    context = new_context()
+    yield started, context
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=15)
+    context.try_shutdown()
+
+
+def _record_and_publish(tmp_path: Path, extra: list[str], live: tuple) -> tuple[subprocess.Popen, list, int, Node]:
+    """Start `calf trace record`, then stand in for both sides of the link.
+
+    Warm-up rounds go out until a delivered sample comes back in each direction: DDS matching is
+    per endpoint, and a best-effort subscription drops what is published before it matched. Then
+    20 observations: those with seq % 5 == 3 never reach the desktop side, and the actions for
+    seq % 4 == 1 never reach the edge. Returns once the recorder has published all their samples,
+    with every sample published and the steady-clock time the 20 began (the recorder's clock)."""
     from calf_msgs.msg import Action, Observation, TraceSample
     from calf_shim.qos import RESULTS
 
+    started, context = live
     namespace = f'/calf_trace_test_{os.getpid()}'
     recorder = subprocess.Popen([*CALF, 'trace', 'record', '--out', str(tmp_path / 'rec'), '--namespace', namespace,
                                  '--loss-timeout', '0.5', *extra], env=os.environ)
-    context = new_context()
+    started.append(recorder)
     node = Node('stand_in', namespace=namespace, context=context)
     pubs = {t: node.create_publisher(Observation if t.endswith('observation') else Action, t, 100)
             for t in ('edge/observation', 'desktop/observation', 'desktop/action', 'edge/action')}
     got: list = []
-    sub = node.create_subscription(TraceSample, 'trace', got.append, RESULTS)
+    node.create_subscription(TraceSample, 'trace', got.append, RESULTS)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
-    assert spin_until(executor, lambda: all(p.get_subscription_count() for p in pubs.values())
-                      and sub.get_publisher_count() > 0, timeout_s=30.0), 'the recorder did not come up'
-    for k in range(20):
-        observation = Observation(seq=k, episode=0)
-        pubs['edge/observation'].publish(observation)
-        if k % 5 == 3:
-            continue
-        pubs['desktop/observation'].publish(observation)
-        pubs['desktop/action'].publish(Action(obs_seq=k, episode=0))
-        if k % 4 != 1:
-            pubs['edge/action'].publish(Action(obs_seq=k, episode=0))
-    assert spin_until(executor, lambda: len(got) >= 36, timeout_s=20.0), f'{len(got)} samples published'
-    return recorder, got, node, context
+    delivered_both_ways = lambda: {m.direction for m in got if not m.lost} == {0, 1}  # noqa: E731
+    for seq in range(600):
+        _publish_round(pubs, episode=1000, seq=seq)
+        if spin_until(executor, delivered_both_ways, timeout_s=0.05):
+            break
+    assert delivered_both_ways(), 'the recorder did not come up'
+    start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: the recorder's steady clock on this host
+    for seq in range(20):
+        _publish_round(pubs, episode=0, seq=seq, obs_lost=seq % 5 == 3, action_lost=seq % 4 == 1)
+    assert spin_until(executor, lambda: sum(m.sent_ns >= start_ns for m in got) >= 36, timeout_s=20.0), \
+        f'{len(got)} samples published'
+    return recorder, got, start_ns, node
 
 
-def _expected_fates(trace) -> None:
-    assert trace.uplink.lost.tolist() == [k % 5 == 3 for k in range(20)]
-    assert trace.downlink.lost.tolist() == [k % 4 == 1 for k in range(20) if k % 5 != 3]
+def _check_fates(trace, start_ns: int) -> None:
+    """The 20 observations and 16 actions of episode 0 met the fates they were given."""
+    uplink, downlink = trace.uplink, trace.downlink
+    assert uplink.lost[uplink.sent_ns >= start_ns].tolist() == [k % 5 == 3 for k in range(20)]
+    assert downlink.lost[downlink.sent_ns >= start_ns].tolist() == [k % 4 == 1 for k in range(20) if k % 5 != 3]
 
 
-def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path):
-    recorder, got, node, context = _record_and_publish(tmp_path, ['--raw', '--flush-period', '60'])
-    try:
-        recorder.send_signal(signal.SIGINT)
-        assert recorder.wait(timeout=15) == 0
-    finally:
-        recorder.kill()
-        context.try_shutdown()
+def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path, live):
+    recorder, got, start_ns, node = _record_and_publish(tmp_path, ['--raw', '--flush-period', '60'], live)
+    recorder.send_signal(signal.SIGINT)
+    assert recorder.wait(timeout=15) == 0
     trace = read_trace_bag(tmp_path / 'rec')
     published = sorted(Sample(m.direction, m.seq, m.sent_ns, m.received_ns, m.size_bytes, m.lost) for m in got)
     assert sorted(trace.samples()) == published  # nothing was flushed before the SIGINT: close wrote it all
-    _expected_fates(trace)
+    _check_fates(trace, start_ns)
     from mcap.reader import make_reader
     with open(tmp_path / 'rec' / 'rec.mcap', 'rb') as f:
-        counts = {c.topic: n for c, n in _channel_counts(make_reader(f)).items()}
+        summary = make_reader(f).get_summary()
+    counts = {summary.channels[c].topic: n for c, n in summary.statistics.channel_message_counts.items()}
     ns = node.get_namespace()
-    assert counts == {f'{ns}/trace': 36, f'{ns}/edge/observation': 20, f'{ns}/desktop/observation': 16,
-                      f'{ns}/desktop/action': 16, f'{ns}/edge/action': 12}
+    assert counts[TRACE_TOPIC] == len(got)
+    warm_up = counts[f'{ns}/edge/observation'] - 20
+    assert counts[f'{ns}/desktop/observation'] == 16 + warm_up and counts[f'{ns}/edge/action'] == 12 + warm_up
 
 
-def _channel_counts(reader) -> dict:
-    summary = reader.get_summary()
-    return {summary.channels[cid]: n for cid, n in summary.statistics.channel_message_counts.items()}
-
-
-def test_recording_killed_keeps_every_flushed_sample(tmp_path):
-    recorder, got, _, context = _record_and_publish(tmp_path, ['--flush-period', '0.2'])
-    try:
-        executor = SingleThreadedExecutor(context=context)
-        flushed = lambda: _readable(tmp_path / 'rec') >= 36  # noqa: E731
-        assert spin_until(executor, flushed, timeout_s=10.0)
-        recorder.send_signal(signal.SIGKILL)
-        recorder.wait(timeout=15)
-    finally:
-        recorder.kill()
-        context.try_shutdown()
+def test_recording_killed_keeps_every_flushed_sample(tmp_path, live):
+    recorder, got, start_ns, node = _record_and_publish(tmp_path, ['--flush-period', '0.2'], live)
+    flushed = lambda: _readable(tmp_path / 'rec') >= len(got)  # noqa: E731
+    assert spin_until(SingleThreadedExecutor(context=node.context), flushed, timeout_s=10.0)
+    recorder.send_signal(signal.SIGKILL)
+    recorder.wait(timeout=15)
     with pytest.raises(TraceError, match='never closed'):
         read_trace_bag(tmp_path / 'rec')
-    _expected_fates(read_trace_bag(tmp_path / 'rec', recover=True))
+    _check_fates(read_trace_bag(tmp_path / 'rec', recover=True), start_ns)
 
 
 def _readable(bag: Path) -> int:

@@ -21,13 +21,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 import pytest
 
-from calf_agent.regimes import train_policy
 from calf_bringup.graph import NAMESPACE, discovery_env
 
 pytestmark = pytest.mark.ros
@@ -36,6 +36,8 @@ SCALE = 4.0
 LIVE_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
+TBF = ('tbf', 'rate', '1mbit', 'burst', '16kb', 'latency', '100ms')
+STARVED = ('tbf', 'rate', '64kbit', 'burst', '16kb', 'latency', '100ms')
 T = TypeVar('T')
 Results = list[dict[str, Any]]
 
@@ -116,6 +118,8 @@ def hosts() -> Iterator[Hosts]:
 
 @pytest.fixture(scope='module')
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from calf_agent.regimes import train_policy  # here, not at the top: the listener needs no torch
+
     out = tmp_path_factory.mktemp('policy') / 'cartpole_baseline'
     train_policy('cartpole', 'sim_clean', seed=0, out_dir=out, steps=20_000, regime='baseline', progress=False)
     return out
@@ -127,7 +131,7 @@ class Side:
     def __init__(self, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
                  stdout: int | None = None) -> None:
         self.log = log
-        with open(log, 'w') as out:
+        with open(log, 'a') as out:  # a restarted side appends
             self.process = subprocess.Popen(['ip', 'netns', 'exec', ns, *argv], stdin=subprocess.DEVNULL,
                                             stdout=stdout or out, stderr=out, text=True,
                                             env={**os.environ, **(env or {})}, process_group=0)
@@ -138,10 +142,14 @@ class Side:
     def tail(self, lines: int = 8) -> str:
         return f'--- {self.log.name}\n' + '\n'.join(self.log.read_text(errors='replace').splitlines()[-lines:])
 
-    def stop(self) -> None:
-        """SIGTERM (``calf run`` then stops its nodes), SIGKILL after STOP_TIMEOUT_S."""
+    def terminate(self) -> None:
+        """SIGTERM: ``calf run`` then stops its nodes."""
         if self.running():
             self.process.terminate()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL to the process group after STOP_TIMEOUT_S."""
+        self.terminate()
         try:
             self.process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -170,11 +178,13 @@ class Listener(Side):
 
     def wait_for(self, find: Callable[[Results], T | None], timeout_s: float, sides: list[Side]) -> T | None:
         """Wait until ``find(results)`` finds something, or a side exits, or time runs out."""
-        def done() -> T | bool | None:
-            return find(self.results) or not all(side.running() for side in (self, *sides))
-
+        deadline = time.monotonic() + timeout_s
         with self._changed:
-            self._changed.wait_for(done, timeout_s)
+            while not find(self.results) and all(side.running() for side in (self, *sides)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(min(remaining, 1.0))  # also wakes up to notice a side that exited
             return find(self.results)
 
     def last_seq(self) -> int:
@@ -193,8 +203,16 @@ def live_after(seq: int) -> Callable[[Results], dict[str, Any] | None]:
 
 
 def first_after(seq: int) -> Callable[[Results], dict[str, Any] | None]:
-    """Finds the first episode that began after episode ``seq`` had ended."""
-    return lambda results: next((r for r in results if r['seq'] > seq + 1), None)
+    """Finds the first episode that surely began after the newest result was ``seq``.
+
+    Episode ``seq + 1`` was running then, and ``seq + 2`` may have begun while that result travelled.
+    """
+    return lambda results: next((r for r in results if r['seq'] > seq + 2), None)
+
+
+def held_after(seq: int) -> Callable[[Results], dict[str, Any] | None]:
+    """Finds an episode after ``first_after(seq)`` began in which no action reached the env."""
+    return lambda results: next((r for r in results if r['seq'] > seq + 2 and r['actions_applied'] == 0), None)
 
 
 def calf_run(role: str, hosts: Hosts, *options: str) -> list[str]:
@@ -210,14 +228,24 @@ class Link:
         self.listener = Listener(hosts, logs / 'listener.log')
         self.edge = Side(hosts.edge_ns, calf_run('edge', hosts, *options), logs / 'edge.log')
         self.desktop = self.start_desktop()
+        self.desktop_up = True  # False from kill_desktop on: no longer required to run
 
     def start_desktop(self) -> Side:
         self.desktop = Side(self.hosts.desktop_ns, calf_run('desktop', self.hosts, '--policy', str(self.policy),
                                                             *self.options), self.logs / 'desktop.log')
+        self.desktop_up = True
         return self.desktop
 
+    def kill_desktop(self) -> None:
+        """The desktop dies: SIGKILL to its runner and its policy node, no clean shutdown."""
+        self.desktop_up = False
+        kill_namespace(self.hosts.desktop_ns)
+        self.desktop.process.wait()
+
     def wait_for(self, find: Callable[[Results], T | None], what: str) -> T:
-        found = self.listener.wait_for(find, LIVE_TIMEOUT_S, [self.edge, self.desktop])
+        """What ``find`` finds in the results; fails after LIVE_TIMEOUT_S or once a side has exited."""
+        required = [self.edge, self.desktop] if self.desktop_up else [self.edge]
+        found = self.listener.wait_for(find, LIVE_TIMEOUT_S, required)
         assert found, f'no {what} within {LIVE_TIMEOUT_S:g} s\n' + self.tails()
         return found
 
@@ -225,7 +253,10 @@ class Link:
         return '\n'.join(side.tail() for side in (self.edge, self.desktop, self.listener))
 
     def stop(self) -> None:
-        for side in (self.desktop, self.edge, self.listener):
+        sides = (self.desktop, self.edge, self.listener)
+        for side in sides:
+            side.terminate()
+        for side in sides:
             side.stop()
 
 
@@ -273,27 +304,47 @@ def test_shim_on_the_edge_adds_its_profile_delay(link_factory: Callable[..., Lin
     assert 50.0 <= p50_ms <= 50.0 + 20.0, episode['e2e_samples_ms']
 
 
-def test_tbf_shaped_veth(hosts: Hosts, link_factory: Callable[..., Link]) -> None:
-    """Shaping the uplink (edge egress) below the observation stream makes its queue stand: every
-    observation waits about the tbf latency bound, and the env measures it end to end."""
-    link = link_factory('--time-scale', str(SCALE))
-    link.wait_for(live_after(-1), 'episode with the policy in the loop')
-    tc(hosts.edge_ns, 'qdisc', 'add', 'dev', hosts.edge_dev, 'root', 'tbf', 'rate', '128kbit', 'burst', '2kb',
-       'latency', '25ms')
+def qdisc_stats(ns: str, dev: str) -> dict[str, Any]:
+    """The root qdisc of ``dev`` in ``ns`` with its counters (kind, packets, bytes, drops, ...)."""
+    return json.loads(tc(ns, '-j', '-s', 'qdisc', 'show', 'dev', dev))[0]
+
+
+def test_loop_fits_a_tbf_shaped_veth_and_survives_starving_it(hosts: Hosts,
+                                                            link_factory: Callable[..., Link]) -> None:
+    """Both ends shaped to 1 Mbit/s before the graph starts: once discovery's bursts are over, the loop's
+    traffic (well under that at time scale 4) passes without a drop. Starved to 64 kbit/s, the uplink queues
+    observations for seconds: their actions come too late, and the env holds every tick of an episode, but
+    keeps ticking. At 1 Mbit/s again the loop closes by itself."""
+    ends = ((hosts.edge_ns, hosts.edge_dev), (hosts.desktop_ns, hosts.desktop_dev))
     try:
-        episode = link.wait_for(live_after(link.listener.last_seq()), 'episode through the shaped link')
-        qdisc = json.loads(tc(hosts.edge_ns, '-j', '-s', 'qdisc', 'show', 'dev', hosts.edge_dev))[0]
+        for ns, dev in ends:
+            tc(ns, 'qdisc', 'add', 'dev', dev, 'root', *TBF)
+        link = link_factory('--time-scale', str(SCALE))
+        link.wait_for(live_after(-1), 'episode with the policy in the loop')
+        before = [qdisc_stats(ns, dev) for ns, dev in ends]  # discovery's bursts are behind us
+        episode = link.wait_for(live_after(link.listener.last_seq()), 'second episode with the policy in the loop')
+        after = [qdisc_stats(ns, dev) for ns, dev in ends]
+        assert [q['kind'] for q in after] == ['tbf', 'tbf'] and before[0]['drops'] == after[0]['drops'], after
+        assert after[0]['packets'] - before[0]['packets'] >= episode['length']  # observations went through tbf
+        assert after[1]['packets'] - before[1]['packets'] >= episode['actions_applied']  # and actions
+        assert np.median(episode['e2e_samples_ms']) < 20.0
+
+        tc(hosts.edge_ns, 'qdisc', 'change', 'dev', hosts.edge_dev, 'root', *STARVED)
+        starved = link.wait_for(held_after(link.listener.last_seq()), 'episode held while the uplink was starved')
+        assert starved['ticks_held'] == starved['length'] and link.edge.running()
+        assert qdisc_stats(hosts.edge_ns, hosts.edge_dev)['overlimits'] > after[0]['overlimits']
+
+        tc(hosts.edge_ns, 'qdisc', 'change', 'dev', hosts.edge_dev, 'root', *TBF)
+        link.wait_for(live_after(link.listener.last_seq()), 'episode once the rate was back')
     finally:
-        tc(hosts.edge_ns, 'qdisc', 'del', 'dev', hosts.edge_dev, 'root')
-    assert qdisc['kind'] == 'tbf' and qdisc['packets'] > 0 and qdisc['drops'] > 0, qdisc
-    assert np.median(episode['e2e_samples_ms']) >= 15.0, episode['e2e_samples_ms']
+        for ns, dev in ends:
+            subprocess.run(['tc', '-n', ns, 'qdisc', 'del', 'dev', dev, 'root'], capture_output=True)
 
 
 def test_edge_keeps_ticking_while_the_desktop_restarts(hosts: Hosts, link_factory: Callable[..., Link]) -> None:
     link = link_factory('--time-scale', str(SCALE))
     link.wait_for(live_after(-1), 'episode with the policy in the loop')
-    kill_namespace(hosts.desktop_ns)  # the desktop dies: policy node and runner, no clean shutdown
-    link.desktop.process.wait()
+    link.kill_desktop()
     held = link.wait_for(first_after(link.listener.last_seq()), 'episode after the desktop died')
     assert held['actions_applied'] == 0 and held['ticks_held'] == held['length'] > 0, held
     assert link.edge.running()

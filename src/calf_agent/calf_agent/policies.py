@@ -7,7 +7,7 @@ otherwise ``[B, H]`` (a ``MultiDiscrete([n_actions] * H)`` action).
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -169,7 +169,7 @@ class LstmAgent(nn.Module):
         return categorical_heads(self.actor(out), self.plan_horizon, None, deterministic)[0].numpy(), state
 
 
-Agent = Union[MlpAgent, LstmAgent]
+Agent = MlpAgent | LstmAgent
 AGENT_KINDS: dict[str, type[MlpAgent] | type[LstmAgent]] = {'mlp': MlpAgent, 'lstm': LstmAgent}
 
 

@@ -40,13 +40,17 @@ def default_representation(env: str, profile: Profile) -> Representation:
     return Representation(frames=d + 1, actions=d)
 
 
-def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int,
-                    plan_horizon: int = 1) -> Callable[[int], gym.vector.VectorEnv]:
-    """A factory of ``n`` networked envs with independent link seeds, as the trainer expects."""
+def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, plan_horizon: int = 1,
+                    make_inner: Callable[[], gym.Env] | None = None) -> Callable[[int], gym.vector.VectorEnv]:
+    """A factory of ``n`` networked envs with independent link seeds, as the trainer expects.
+
+    ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task).
+    """
 
     def make_one(index: int) -> Callable[[], gym.Env]:
         return lambda: HistoryWrapper(make_networked_env(env, profile, seed=seed * 1000 + index,
-                                                         plan_horizon=plan_horizon), rep)
+                                                         plan_horizon=plan_horizon,
+                                                         env=make_inner() if make_inner else None), rep)
 
     def make(n: int) -> gym.vector.VectorEnv:
         return gym.vector.SyncVectorEnv([make_one(i) for i in range(n)],

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -45,7 +45,7 @@ class TrainConfig:
     num_envs: int = 8
     num_steps: int = 128
     seed: int = 1
-    agent: str = 'mlp'
+    agent: Literal['mlp', 'lstm'] = 'mlp'
     hidden: tuple[int, ...] = (64, 64)
     lstm_size: int = 128
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -86,7 +86,7 @@ class TrainResult:
     global_steps: int
     iterations: int
     wall_time_s: float
-    episode_returns: tuple[float, ...]
+    episode_returns: tuple[float, ...] = field(repr=False)
     mean_return: float  # over the last ``return_window`` episodes (nan if none finished)
     solved: bool  # ``stop_return`` was reached
 

@@ -7,9 +7,10 @@ from typing import Sequence
 
 from calf_shim.errors import CalfError
 
-from calf_bringup import cmd_demo, cmd_eval, cmd_experiment, cmd_profile, cmd_run, cmd_trace, cmd_train
+from calf_bringup import (cmd_demo, cmd_eval, cmd_experiment, cmd_profile, cmd_run, cmd_trace, cmd_train,
+                          cmd_train_hierarchy)
 
-COMMANDS = (cmd_train, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace)
+COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace)
 
 
 def build_parser() -> argparse.ArgumentParser:

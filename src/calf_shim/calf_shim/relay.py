@@ -10,7 +10,8 @@ faster. `Relay` is not thread safe; `ReleaseThread` calls it under one lock.
 
 Drops are counted apart: `dropped_injected` holds everything the network model discards on
 purpose (loss models and the bandwidth model's own queue); `dropped_queue` holds tail drops of
-the relay's in-flight queue, which means the shim itself was overloaded.
+the relay's in-flight queue (such a message never reaches the link), which means the shim
+itself was overloaded.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from calf_shim.link import Link
 
 @dataclass
 class RelayCounters:
-    """Counts of one direction: copies in + duplicated == delivered + dropped + in flight."""
+    """Counts of one direction: received + link duplicates == delivered + both drops + in flight."""
 
     received: int = 0  # messages submitted
     delivered: int = 0  # copies handed out by due()
