@@ -6,6 +6,10 @@
 Give both sides the same network: a profile other than sim_clean adds the shim on the edge, and
 the policy then reads the shim's desktop topics. ``role:=all`` starts both sides here. The graph is
 described once, in ``calf_bringup.graph``; ``calf run edge_sim --role ...`` starts the same nodes.
+
+``graph:=flat_edge`` runs the policy on the Pi beside the env; ``graph:=hierarchical policy:=DIR``
+(from ``calf train-hierarchy``) runs the arbiter and the edge sub-policies on the Pi and the
+desktop sub-policies on the desktop: pass the same DIR on both machines.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def _graph(context: LaunchContext) -> list:
     value = {name: LaunchConfiguration(name).perform(context) for name, _, _ in LAUNCH_ARGUMENTS}
     specs = build_graph(MODE, value['role'], value['network'], value['policy'] or None, value['env'],
                         int(value['seed']), float(value['time_scale']), int(value['episodes']),
-                        value['discovery'] or None)
+                        value['discovery'] or None, graph=value['graph'])
     actions: list = [SetEnvironmentVariable('ROS_DOMAIN_ID', value['domain_id'])] if value['domain_id'] else []
     return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
                            namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,

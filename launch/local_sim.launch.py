@@ -22,7 +22,7 @@ def _graph(context: LaunchContext) -> list:
     value = {name: LaunchConfiguration(name).perform(context) for name, _, _ in LAUNCH_ARGUMENTS}
     specs = build_graph(MODE, value['role'], value['network'], value['policy'] or None, value['env'],
                         int(value['seed']), float(value['time_scale']), int(value['episodes']),
-                        value['discovery'] or None)
+                        value['discovery'] or None, graph=value['graph'])
     actions: list = [SetEnvironmentVariable('ROS_DOMAIN_ID', value['domain_id'])] if value['domain_id'] else []
     return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
                            namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,

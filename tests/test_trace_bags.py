@@ -17,8 +17,9 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rosbags.rosbag2 import StoragePlugin, Writer
 
-from calf_shim.bags import (ACTION_TYPE, OBSERVATION_TYPE, TRACE_TOPIC, TRACE_TYPE, TraceBagWriter, import_bag,
+from calf_shim.bags import (TRACE_TOPIC, TRACE_TYPE, TraceBagWriter, import_bag,
                             read_trace_bag, recover_bag, typestore, write_trace_bag)
+from calf_shim.conversions import time_msg
 from calf_shim.errors import TraceError
 from calf_shim.profiles import load_profile
 from calf_shim.traces import Sample, resolve_network, synth_trace
@@ -83,34 +84,36 @@ def test_independent_mcap_reader_decodes_the_bag(tmp_path):
 
 
 def write_messages_bag(path: Path, topics: dict[str, list[tuple[int, object]]]) -> None:
-    """A bag of calf_msgs topics, as ``ros2 bag record`` would write: {topic: [(log_ns, message)]}."""
+    """A bag of calf_msgs topics as ``ros2 bag record`` writes it: {topic: [(log_ns, rclpy message)]}."""
+    from rclpy.serialization import serialize_message
+
     store = typestore()
     writer = Writer(path, version=9, storage_plugin=StoragePlugin.MCAP)
     writer.open()
     for topic, messages in topics.items():
-        connection = writer.add_connection(topic, messages[0][1].__msgtype__, typestore=store)
+        msgtype = f'calf_msgs/msg/{type(messages[0][1]).__name__}'
+        connection = writer.add_connection(topic, msgtype, typestore=store)
         for log_ns, msg in messages:
-            writer.write(connection, log_ns, store.serialize_cdr(msg, msg.__msgtype__))
+            writer.write(connection, log_ns, serialize_message(msg))
     writer.close()
 
 
 def make_obs(seq: int, stamp_ns: int) -> object:
-    types = typestore().types
-    return types[OBSERVATION_TYPE](header=_header(stamp_ns), seq=seq, episode=0, data=np.zeros(4, np.float32),
-                                   shape=np.array([4], np.uint32), reward=1.0, terminated=False, truncated=False)
+    from calf_msgs.msg import Observation
+
+    return Observation(header=_header(stamp_ns), seq=seq, data=[0.0] * 4, shape=[4], reward=1.0)
 
 
 def make_action(obs_seq: int, stamp_ns: int) -> object:
-    types = typestore().types
-    return types[ACTION_TYPE](header=_header(stamp_ns), obs_seq=obs_seq, episode=0, discrete=1,
-                              discrete_plan=np.array([], np.int64), continuous=np.array([], np.float32),
-                              source='test', compute_ms=1.0)
+    from calf_msgs.msg import Action
+
+    return Action(header=_header(stamp_ns), obs_seq=obs_seq, discrete=1, source='test', compute_ms=1.0)
 
 
 def _header(stamp_ns: int) -> object:
-    types = typestore().types
-    stamp = types['builtin_interfaces/msg/Time'](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9)
-    return types['std_msgs/msg/Header'](stamp=stamp, frame_id='')
+    from std_msgs.msg import Header
+
+    return Header(stamp=time_msg(stamp_ns))
 
 
 def test_import_derives_a_trace_from_observation_and_action_topics(tmp_path):
@@ -266,7 +269,10 @@ def _record_and_publish(tmp_path: Path, extra: list[str], live: tuple) -> tuple[
     node.create_subscription(TraceSample, 'trace', got.append, RESULTS)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
-    delivered_both_ways = lambda: {m.direction for m in got if not m.lost} == {0, 1}  # noqa: E731
+
+    def delivered_both_ways() -> bool:
+        return {m.direction for m in got if not m.lost} == {0, 1}
+
     for seq in range(600):
         _publish_round(pubs, episode=1000, seq=seq)
         if spin_until(executor, delivered_both_ways, timeout_s=0.05):
@@ -287,6 +293,7 @@ def _check_fates(trace, start_ns: int) -> None:
     assert downlink.lost[downlink.sent_ns >= start_ns].tolist() == [k % 4 == 1 for k in range(20) if k % 5 != 3]
 
 
+@pytest.mark.ros
 def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path, live):
     recorder, got, start_ns, node = _record_and_publish(tmp_path, ['--raw', '--flush-period', '60'], live)
     recorder.send_signal(signal.SIGINT)
@@ -305,10 +312,11 @@ def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path, live):
     assert counts[f'{ns}/desktop/observation'] == 16 + warm_up and counts[f'{ns}/edge/action'] == 12 + warm_up
 
 
+@pytest.mark.ros
 def test_recording_killed_keeps_every_flushed_sample(tmp_path, live):
     recorder, got, start_ns, node = _record_and_publish(tmp_path, ['--flush-period', '0.2'], live)
-    flushed = lambda: _readable(tmp_path / 'rec') >= len(got)  # noqa: E731
-    assert spin_until(SingleThreadedExecutor(context=node.context), flushed, timeout_s=10.0)
+    assert spin_until(SingleThreadedExecutor(context=node.context), lambda: _readable(tmp_path / 'rec') >= len(got),
+                      timeout_s=10.0)
     recorder.send_signal(signal.SIGKILL)
     recorder.wait(timeout=15)
     with pytest.raises(TraceError, match='never closed'):
@@ -321,3 +329,44 @@ def _readable(bag: Path) -> int:
         return len(read_trace_bag(bag, recover=True))
     except TraceError:
         return 0
+
+
+@pytest.mark.ros
+def test_recorder_measures_the_shim(tmp_path, live):
+    """The real shim (in process) under delay_only: the recorder sees about 25 ms each way, no loss."""
+    from calf_msgs.msg import Action, Observation, TraceSample
+    from rclpy.parameter import Parameter
+
+    from calf_shim.qos import RESULTS, STREAM
+    from calf_shim.shim_node import ShimNode
+
+    started, context = live
+    namespace = f'/calf_trace_shim_{os.getpid()}'
+    recorder = subprocess.Popen([*CALF, 'trace', 'record', '--out', str(tmp_path / 'rec'), '--namespace', namespace],
+                                env=os.environ)
+    started.append(recorder)
+    shim = ShimNode(context=context, namespace=namespace,
+                    parameter_overrides=[Parameter('network', value='delay_only')])
+    node = Node('stand_in', namespace=namespace, context=context)
+    observations = node.create_publisher(Observation, 'edge/observation', STREAM.profile())
+    actions = node.create_publisher(Action, 'desktop/action', STREAM.profile())
+    node.create_subscription(Observation, 'desktop/observation',
+                             lambda m: actions.publish(Action(obs_seq=m.seq, episode=m.episode)), STREAM.profile())
+    got: list = []
+    node.create_subscription(TraceSample, 'trace', got.append, RESULTS)
+    ticks = iter(range(10**6))
+    node.create_timer(0.02, lambda: observations.publish(Observation(seq=next(ticks), episode=0)))
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    executor.add_node(shim)
+    try:
+        assert spin_until(executor, lambda: all(sum(m.direction == d and not m.lost for m in got) >= 50
+                                                for d in (0, 1)), timeout_s=40.0), f'{len(got)} samples'
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(timeout=15) == 0
+    finally:
+        shim.destroy_node()
+    trace = read_trace_bag(tmp_path / 'rec')
+    for name, d in trace.directions().items():
+        assert 24.0 <= float(np.median(d.delays_ms[~d.lost])) <= 35.0, name
+        assert d.lost.mean() <= 0.05, name

@@ -246,7 +246,9 @@ class Link:
         """What ``find`` finds in the results; fails after LIVE_TIMEOUT_S or once a side has exited."""
         required = [self.edge, self.desktop] if self.desktop_up else [self.edge]
         found = self.listener.wait_for(find, LIVE_TIMEOUT_S, required)
-        assert found, f'no {what} within {LIVE_TIMEOUT_S:g} s\n' + self.tails()
+        exited = [f'{side.log.stem} exited with {side.process.returncode}' for side in (*required, self.listener)
+                  if not side.running()]
+        assert found, f'no {what}: {", ".join(exited) or f"timed out after {LIVE_TIMEOUT_S:g} s"}\n{self.tails()}'
         return found
 
     def tails(self) -> str:

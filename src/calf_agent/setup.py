@@ -1,4 +1,3 @@
-from glob import glob
 
 from setuptools import find_packages, setup
 
@@ -21,6 +20,8 @@ setup(
     entry_points={
         'console_scripts': [
             'policy_node = calf_agent.policy_node:main',
+            'adapter_policy_node = calf_agent.adapter_policy_node:main',
+            'arbiter_node = calf_agent.arbiter_node:main',
         ],
     },
 )

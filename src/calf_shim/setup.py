@@ -1,4 +1,3 @@
-from glob import glob
 
 from setuptools import find_packages, setup
 
@@ -21,6 +20,7 @@ setup(
     entry_points={
         'console_scripts': [
             'shim_node = calf_shim.shim_node:main',
+            'generic_shim_node = calf_shim.generic_shim_node:main',
             'trace_recorder = calf_shim.trace_recorder_node:main',
         ],
     },

@@ -90,6 +90,9 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise CheckpointError(f'{file} is not valid JSON ({_one_line(exc)}): {_retrain(path)}') from None
     if not isinstance(meta, dict):
         raise CheckpointError(f'{file} holds a {type(meta).__name__}, not an object: {_retrain(path)}')
+    if meta.get('format') != FORMAT:
+        raise CheckpointError(f'{file} has format {meta.get("format")!r}, this calf reads {FORMAT}: '
+                              f'{_retrain(path)}')
     return meta
 
 

@@ -10,18 +10,17 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import rclpy
-from calf_msgs.msg import Action, Observation
+from calf_shim.conversions import msg_to_obs, plan_to_msg
+from calf_shim.errors import ConfigError, MessageError
+from calf_shim.node_main import run_node
+from calf_shim.qos import STREAM, QosConfig
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner
-from calf_shim.conversions import msg_to_obs, plan_to_msg
-from calf_shim.errors import CalfError, ConfigError, MessageError
-from calf_shim.qos import STREAM, QosConfig
+from calf_msgs.msg import Action, Observation
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'policy': ('', 'checkpoint directory (policy.safetensors and meta.json), as written by calf train'),
@@ -79,7 +78,8 @@ class PolicyNode(Node):
             self.get_logger().warning(f'rejected observation ({self.rejected} so far): {err}',
                                       throttle_duration_sec=1.0)
             return
-        plan = self.runner.on_observation(obs.episode, obs.seq, obs.obs, obs.terminated or obs.truncated)
+        plan = self.runner.on_observation(obs.episode, obs.seq, obs.obs, obs.terminated or obs.truncated,
+                                          obs.run)
         if plan is None:
             return
         end_ns = self._clock.now().nanoseconds
@@ -88,21 +88,7 @@ class PolicyNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = PolicyNode()
-        rclpy.spin(node)
-    except CalfError as err:
-        print(f'policy_node: error: {err}', file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node('policy_node', PolicyNode, args)
 
 
 if __name__ == '__main__':

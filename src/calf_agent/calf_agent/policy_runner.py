@@ -43,7 +43,8 @@ class PolicyRunner:
         agent, meta = load_checkpoint(ckpt_dir)
         return cls(agent, meta, deterministic)
 
-    def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool) -> list[int] | None:
+    def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool,
+                       run: int = 0) -> list[int] | None:
         """The plan (H actions) answering this observation, or None when it is not acted on.
 
         ``terminated`` means the episode ended at this observation (terminated or truncated).
@@ -52,8 +53,8 @@ class PolicyRunner:
         obs = np.asarray(obs, dtype=np.float32).reshape(-1)
         if obs.size != self.obs_size:
             raise ValueError(f'observation has {obs.size} values, the policy expects {self.obs_size}')
-        new_episode = self._gate.is_new_episode(episode)
-        if not self._gate.admit(episode, seq) or terminated:
+        new_episode = self._gate.is_new_episode(episode) or run != self._gate.run
+        if not self._gate.admit(episode, seq, run) or terminated:
             return None
         if new_episode:
             features, self._state = self._history.reset(obs), None

@@ -22,7 +22,8 @@ each sub-policy train on its own part of the task.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, Callable, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -41,33 +42,30 @@ class Subtask(NamedTuple):
 
     name: str
     placement: str  # 'edge' (co-located with the env) or 'desktop' (across the network)
-    wrapper: type[gym.Wrapper]
+    wrapper: Callable[[gym.Env], gym.Env]
     description: str
 
 
-class _ShapedCartPole(gym.Wrapper):
-    """CartPole with a dense per-tick reward in [0, 1] computed from the new observation."""
+def stabilise_reward(obs: np.ndarray) -> float:
+    """In [0, 1]: high for a small pole angle and angular velocity."""
+    return 1.0 - 0.5 * min(abs(obs[2]) / THETA_LIMIT, 1.0) - 0.5 * min(abs(obs[3]) / OMEGA_SCALE, 1.0)
+
+
+def recenter_reward(obs: np.ndarray) -> float:
+    """In [0, 1]: high for the cart near the centre and slow."""
+    return 1.0 - 0.5 * min(abs(obs[0]) / X_LIMIT, 1.0) - 0.5 * min(abs(obs[1]) / V_SCALE, 1.0)
+
+
+class ShapedReward(gym.Wrapper):
+    """Replaces the reward of each step by ``reward_of(new observation)``."""
+
+    def __init__(self, env: gym.Env, reward_of: Callable[[np.ndarray], float]) -> None:
+        super().__init__(env)
+        self.reward_of = reward_of
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         obs, _, terminated, truncated, info = self.env.step(action)
-        return obs, self.shaped_reward(np.asarray(obs, dtype=np.float64)), terminated, truncated, info
-
-    def shaped_reward(self, obs: np.ndarray) -> float:
-        raise NotImplementedError
-
-
-class Stabilise(_ShapedCartPole):
-    """Reward for a small pole angle and angular velocity."""
-
-    def shaped_reward(self, obs: np.ndarray) -> float:
-        return 1.0 - 0.5 * min(abs(obs[2]) / THETA_LIMIT, 1.0) - 0.5 * min(abs(obs[3]) / OMEGA_SCALE, 1.0)
-
-
-class Recenter(_ShapedCartPole):
-    """Reward for the cart near the centre and slow, while the pole stays up."""
-
-    def shaped_reward(self, obs: np.ndarray) -> float:
-        return 1.0 - 0.5 * min(abs(obs[0]) / X_LIMIT, 1.0) - 0.5 * min(abs(obs[1]) / V_SCALE, 1.0)
+        return obs, float(self.reward_of(np.asarray(obs, dtype=np.float64))), terminated, truncated, info
 
 
 def _door(env: gym.Env) -> Any:
@@ -135,8 +133,10 @@ class ReachGoal(_MiniGridSubtask):
 
 SUBTASKS: dict[str, tuple[Subtask, ...]] = {
     'cartpole': (
-        Subtask('stabilise', 'edge', Stabilise, 'keep the pole upright and still'),
-        Subtask('recenter', 'desktop', Recenter, 'bring the cart back to the centre, pole up'),
+        Subtask('stabilise', 'edge', partial(ShapedReward, reward_of=stabilise_reward),
+                'keep the pole upright and still'),
+        Subtask('recenter', 'desktop', partial(ShapedReward, reward_of=recenter_reward),
+                'bring the cart back to the centre, pole up'),
     ),
     'minigrid': (
         Subtask('get_key', 'desktop', GetKey, 'navigate to the key and pick it up'),

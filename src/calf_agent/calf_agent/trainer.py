@@ -95,8 +95,8 @@ def cartpole_defaults() -> TrainConfig:
     """Tuned for wall-clock time to solve CartPole-v1 on a small CPU (see bench/)."""
     return TrainConfig(
         total_steps=100_000, num_envs=8, num_steps=32, agent='mlp', hidden=(64, 64),
-        ppo=PPOConfig(learning_rate=2e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
-                      num_minibatches=1, update_epochs=15, clip_coef=0.2, clip_vloss=False,
+        ppo=PPOConfig(learning_rate=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8,
+                      num_minibatches=1, update_epochs=20, clip_coef=0.2, clip_vloss=False,
                       ent_coef=0.0),
         meta={'env': 'cartpole'})
 

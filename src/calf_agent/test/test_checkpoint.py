@@ -65,11 +65,18 @@ BREAKAGES = {
     'bad json': (lambda p: (p / 'meta.json').write_text('{"agent": '), 'not valid JSON'),
     'json list': (lambda p: (p / 'meta.json').write_text('[]'), 'not an object'),
     'corrupt weights': (lambda p: (p / 'policy.safetensors').write_bytes(b'\x00garbage' * 10), 'corrupt'),
+    'wrong format': (lambda p: _edit_meta(p, format=2), 'has format 2'),
     'unknown kind': (lambda p: _edit_spec(p, kind='transformer'), 'no valid agent spec'),
     'missing spec key': (lambda p: _edit_spec(p, obs_dim=None), 'no valid agent spec'),
     'shape mismatch': (lambda p: _edit_spec(p, obs_dim=5), 'does not match meta.json'),
     'extra layer': (lambda p: _edit_spec(p, hidden=[64, 64, 64]), 'does not match meta.json'),
 }
+
+
+def _edit_meta(path: Path, **changes: object) -> None:
+    """Rewrite top-level meta.json keys."""
+    meta = json.loads((path / 'meta.json').read_text())
+    (path / 'meta.json').write_text(json.dumps({**meta, **changes}))
 
 
 def _edit_spec(path: Path, **changes: object) -> None:

@@ -56,11 +56,12 @@ def test_plan_horizon_gives_h_actions() -> None:
     ([(0, 0), (0, 2), (0, 1)], [True, True, False]),  # reordered: the older one is skipped
     ([(0, 0), (0, 1), (0, 1)], [True, True, False]),  # duplicate
     ([(0, 0), (0, 5), (1, 0), (0, 6)], [True, True, True, False]),  # old episode after a new one
-    ([(5, 0), (5, 9), (0, 0), (0, 1)], [True, True, True, True]),  # env restarted at episode 0
+    ([(5, 0), (5, 9), (0, 0, 7), (0, 1, 7)], [True, True, True, True]),  # env restarted: new run id
+    ([(5, 0), (5, 9), (0, 4, 7), (0, 2, 7)], [True, True, True, False]),  # restart seen mid-episode
 ])
-def test_gate_acts_on_newest_only(arrivals: list[tuple[int, int]], acted: list[bool]) -> None:
+def test_gate_acts_on_newest_only(arrivals: list[tuple[int, ...]], acted: list[bool]) -> None:
     runner = PolicyRunner(RecordingAgent(2), {})
-    got = [runner.on_observation(ep, seq, obs(seq), False) is not None for ep, seq in arrivals]
+    got = [runner.on_observation(ep, seq, obs(seq), False, *run) is not None for ep, seq, *run in arrivals]
     assert got == acted
 
 

@@ -6,13 +6,15 @@ import json
 import sys
 from pathlib import Path
 
-from calf_agent.evaluate import evaluate_sim
+from calf_agent.graph_sim import evaluate_graph_sim
+from calf_agent.hierarchy import GRAPHS
 from calf_shim.profiles import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('eval', help='evaluate a policy under a network profile')
-    parser.add_argument('--policy', type=Path, required=True, help='checkpoint directory from calf train')
+    parser.add_argument('--policy', type=Path, required=True,
+                        help='checkpoint directory from calf train (hierarchical: from calf train-hierarchy)')
     parser.add_argument('--network', default='sim_clean', help='profile name, YAML path or trace bag')
     parser.add_argument('--mode', choices=('sim', 'ros'), default='sim',
                         help='sim: virtual time (NetworkedEnv); ros: env node, shim and policy node over DDS')
@@ -21,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--time-scale', type=float, default=1.0,
                         help='ros mode: run the graph this many times faster than real time; latencies are '
                              'reported in the profile\'s units')
+    parser.add_argument('--graph', choices=GRAPHS, default='flat_desktop',
+                        help='flat_desktop: the policy across the network; flat_edge: beside the env (no network); '
+                             'hierarchical: edge sub-policies and arbiter beside the env, desktop ones across it')
     parser.add_argument('--json', action='store_true', help='print one JSON object')
     parser.set_defaults(func=run)
 
@@ -29,9 +34,10 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == 'ros':
         from calf_bringup.ros_eval import evaluate_ros  # imports rclpy: only when the graph is wanted
 
-        report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr)
+        report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
+                              graph=args.graph)
     else:
-        report = {**evaluate_sim(args.policy, load_profile(args.network), args.episodes, args.seed),
+        report = {**evaluate_graph_sim(args.graph, args.policy, load_profile(args.network), args.episodes, args.seed),
                   'time_scale': None}  # virtual time: no wall clock to scale
     if args.json:
         print(json.dumps(report))

@@ -4,13 +4,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from calf_bringup.graph import MODES, ROLES, build_graph
+from calf_agent.hierarchy import GRAPHS
+
+from calf_bringup.graph import IMPAIR, MODES, ROLES, build_graph, impair_graph
 from calf_bringup.runner import run_graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('run', help='run the node graph of a deployment mode (same graph as the launch files)')
-    parser.add_argument('mode', choices=MODES, help='local_sim, sim_net (through the shim) or edge_sim')
+    parser.add_argument('mode', choices=(*MODES, IMPAIR),
+                        help='local_sim, sim_net (through the shim), edge_sim, or impair (the generic shim on the '
+                             'topics of an existing stack, see --config)')
+    parser.add_argument('--config', type=Path, help='impair: relay config YAML (topics, types, directions, profiles)')
     parser.add_argument('--role', choices=ROLES, default='all',
                         help='edge: env (+ shim); desktop: policy; all: both on this machine')
     parser.add_argument('--network', default='sim_clean', help='shim profile name or YAML path')
@@ -21,10 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--discovery', help='localhost|subnet|off|system_default, or a Fast DDS XML profile')
     parser.add_argument('--time-scale', type=float, default=1.0, help='run this many times faster than real time')
     parser.add_argument('--episodes', type=int, default=0, help='stop after this many episodes (0: run until Ctrl-C)')
+    parser.add_argument('--graph', choices=GRAPHS, default='flat_desktop',
+                        help='where the policy runs: flat_desktop, flat_edge, or hierarchical (--policy from '
+                             'calf train-hierarchy)')
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mode == IMPAIR:
+        return run_graph(impair_graph(args.config, args.seed, args.time_scale, args.discovery), args.domain_id)
     specs = build_graph(args.mode, args.role, args.network, args.policy, args.env, args.seed, args.time_scale,
-                        args.episodes, args.discovery)
+                        args.episodes, args.discovery, args.graph)
     return run_graph(specs, args.domain_id)

@@ -110,10 +110,10 @@ def _describe(report: dict[str, Any]) -> str:
                    if latency else 'nothing delivered')
         loss = f"{d['loss_rate']:.1%}" if d['loss_rate'] is not None else '-'
         bursts = ' '.join(f'{n}x{length}' for length, n in d['loss_bursts']['lengths'].items()) or 'none'
-        stalls = d['stalls']
+        stalls, threshold = d['stalls'], report['stall_threshold_ms']
         lines.append(f"  {name:<8} {d['messages']} messages, {figures}, lost {d['lost']} ({loss})")
-        lines.append(f"           loss bursts (count x length): {bursts}; stalls > {report['stall_threshold_ms']:g} ms: "
-                     f"{stalls['count']} (longest {stalls['max_ms']:.0f} ms)")
+        lines.append(f"           loss bursts (count x length): {bursts}; "
+                     f"stalls > {threshold:g} ms: {stalls['count']} (longest {stalls['max_ms']:.0f} ms)")
     if 'plot' in report:
         lines.append(f"  plot: {report['plot']}")
     return '\n'.join(lines)

@@ -5,7 +5,8 @@ import argparse
 import json
 from pathlib import Path
 
-from calf_agent.hierarchy import HIERARCHY_FILE, train_hierarchy
+from calf_agent.hierarchy import HIERARCHY_FILE
+from calf_agent.hierarchy_train import train_hierarchy
 from calf_agent.regimes import REGIMES
 from calf_agent.subtasks import SUBTASKS
 

@@ -7,6 +7,16 @@ command line from ``command_line``.
 All nodes live in ``/calf``. The env node's topics are remapped onto ``/calf/edge/*``. The shim
 (relative topics ``edge/*``, ``desktop/*`` and ``shim/link_stats``) sits between ``/calf/edge/*``
 and ``/calf/desktop/*``. The policy reads whichever side the env's observations reach it on.
+
+``graph`` places the policy (paper, Table 7): ``flat_desktop`` on the desktop, across the network;
+``flat_edge`` on the edge beside the env, with no shim since nothing crosses the network;
+``hierarchical`` runs a ``calf train-hierarchy`` directory. Its arbiter runs on the edge beside
+the env, with the edge sub-policies: each sub-policy publishes on ``/calf/edge/candidates``, the
+desktop ones through the shim (its ``edge/action`` output is remapped there), and the arbiter
+forwards the chosen actions to ``/calf/edge/action``. An arbiter on the desktop would put every
+action of the edge sub-policies across the network twice (observation up, action down), making
+the fast loop slower than Flat (Desktop); beside the env, only the desktop sub-policies' traffic
+crosses the network, as in Flat (Desktop), and the edge loop stays local, as in Flat (Edge).
 """
 from __future__ import annotations
 
@@ -16,17 +26,22 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from calf_agent.hierarchy import GRAPHS, load_hierarchy
 from calf_shim.errors import ConfigError
+from calf_shim.topic_relay_config import load_relay_config
 
 from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers
 
 NAMESPACE = '/calf'
 MODES = ('local_sim', 'sim_net', 'edge_sim')
+IMPAIR = 'impair'  # not a deployment mode: the generic shim alone, on an existing stack's topics
 ROLES = ('all', 'edge', 'desktop')
 CLEAN_NETWORK = 'sim_clean'
 DISCOVERY_RANGES = ('localhost', 'subnet', 'off', 'system_default')
 EDGE = {'observation': f'{NAMESPACE}/edge/observation', 'action': f'{NAMESPACE}/edge/action'}
 DESKTOP = {'observation': f'{NAMESPACE}/desktop/observation', 'action': f'{NAMESPACE}/desktop/action'}
+CANDIDATES = f'{NAMESPACE}/edge/candidates'  # hierarchical: every sub-policy's actions, to the arbiter
+POLICY_ROLE = {'flat_desktop': 'desktop', 'flat_edge': 'edge'}  # hierarchical: sub-policies on both
 LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ('role', 'all', 'edge (env, plus the shim in edge_sim), desktop (policy) or all'),
     ('network', CLEAN_NETWORK, 'network profile name or YAML path for the shim'),
@@ -38,6 +53,8 @@ LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ('domain_id', '', 'ROS_DOMAIN_ID of every node; empty: inherited'),
     ('discovery', '', 'localhost, subnet, off, system_default, a Fast DDS XML profile, or peers:IP,IP,... '
                       '(static peers, no multicast: for Wi-Fi); empty: inherited'),
+    ('graph', 'flat_desktop', 'flat_desktop (policy across the network), flat_edge (policy beside the env) or '
+                              'hierarchical (policy:= a calf train-hierarchy directory)'),
 )
 """The arguments of every launch file, (name, default, description), all strings as launch passes them."""
 
@@ -57,7 +74,7 @@ class NodeSpec(NamedTuple):
 
 def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, policy: str | Path | None = None,
                 env: str = 'cartpole', seed: int = 0, time_scale: float = 1.0, episodes: int = 0,
-                discovery: str | None = None) -> list[NodeSpec]:
+                discovery: str | None = None, graph: str = 'flat_desktop') -> list[NodeSpec]:
     """The nodes of ``mode`` that run in ``role`` ('all' = every node, on one machine).
 
     - ``local_sim``: env and policy on the edge topics, no shim (``network`` must be sim_clean).
@@ -66,24 +83,50 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
       desktop runs the policy. Start each role on its own machine with the same arguments.
 
     ``discovery`` is a ROS_AUTOMATIC_DISCOVERY_RANGE value, a Fast DDS XML profile (``*.xml``) or
-    ``peers:IP,IP,...`` (see ``discovery_env``).
+    ``peers:IP,IP,...`` (see ``discovery_env``). ``graph`` places the policy (see the module doc).
     """
     _check_choice('mode', mode, MODES)
     _check_choice('role', role, ROLES)
+    _check_choice('graph', graph, GRAPHS)
     if mode == 'local_sim' and network != CLEAN_NETWORK:
         raise ConfigError(f'local_sim has no network (got {network!r}): use sim_net or edge_sim to add one')
     if not time_scale > 0:
         raise ConfigError(f'time_scale must be > 0, got {time_scale!r}')
     if episodes < 0:
         raise ConfigError(f'episodes must be >= 0, got {episodes!r}')
-    with_shim = mode == 'sim_net' or (mode == 'edge_sim' and network != CLEAN_NETWORK)
+    with_shim = graph != 'flat_edge' and (mode == 'sim_net' or (mode == 'edge_sim' and network != CLEAN_NETWORK))
     extra_env = discovery_env(discovery)
     nodes = [_env_node(env, seed, float(time_scale), episodes, extra_env)]
     if with_shim:
-        nodes.append(_shim_node(network, seed, float(time_scale), extra_env))
-    if role != 'edge':
-        nodes.append(_policy_node(policy, DESKTOP if with_shim else EDGE, extra_env))
+        to_arbiter = [('edge/action', CANDIDATES)] if graph == 'hierarchical' else []
+        nodes.append(_shim_node(network, seed, float(time_scale), extra_env, to_arbiter))
+    if role == 'all' or POLICY_ROLE.get(graph, role) == role:
+        nodes += _policy_nodes(graph, policy, env, with_shim, float(time_scale), extra_env)
     return [node for node in nodes if role in ('all', node.role)]
+
+
+IMPAIR_LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
+    ('config', '', 'relay config YAML: the topics to impair (see calf_bringup/config/impair_cmd_vel.yaml)'),
+    ('seed', '0', 'seed of the network models'),
+    ('time_scale', '1.0', 'divides every model delay'),
+    *((name, default, text) for name, default, text in LAUNCH_ARGUMENTS if name in ('domain_id', 'discovery')),
+)
+"""The arguments of impair.launch.py."""
+
+
+def impair_graph(config: str | Path | None, seed: int = 0, time_scale: float = 1.0,
+                 discovery: str | None = None) -> list[NodeSpec]:
+    """The generic shim alone, relaying the topics listed in ``config`` (validated here, so errors come first)."""
+    if not config:
+        raise ConfigError('impair needs a relay config: pass --config FILE.yaml '
+                          '(example: calf_bringup/config/impair_cmd_vel.yaml)')
+    if not time_scale > 0:
+        raise ConfigError(f'time_scale must be > 0, got {time_scale!r}')
+    path = Path(config).expanduser().resolve()
+    load_relay_config(path)
+    return [NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', NAMESPACE,
+                     {'config': str(path), 'seed': seed, 'time_scale': float(time_scale)}, [], 'edge',
+                     discovery_env(discovery))]
 
 
 def discovery_env(discovery: str | None) -> dict[str, str]:
@@ -134,17 +177,50 @@ def _env_node(env: str, seed: int, time_scale: float, episodes: int, extra_env: 
                     [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', dict(extra_env))
 
 
-def _shim_node(network: str, seed: int, time_scale: float, extra_env: dict[str, str]) -> NodeSpec:
+def _shim_node(network: str, seed: int, time_scale: float, extra_env: dict[str, str],
+               remappings: list[tuple[str, str]]) -> NodeSpec:
     return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE,
-                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', dict(extra_env))
+                    {'network': network, 'seed': seed, 'time_scale': time_scale}, remappings, 'edge', dict(extra_env))
 
 
-def _policy_node(policy: str | Path | None, topics: dict[str, str], extra_env: dict[str, str]) -> NodeSpec:
+def _policy_nodes(graph: str, policy: str | Path | None, env: str, with_shim: bool, time_scale: float,
+                  extra_env: dict[str, str]) -> list[NodeSpec]:
+    if graph == 'hierarchical':
+        return _hierarchy_nodes(policy, env, with_shim, time_scale, extra_env)
+    if graph == 'flat_edge':
+        return [_policy_node(policy, EDGE, extra_env, 'edge')]
+    return [_policy_node(policy, DESKTOP if with_shim else EDGE, extra_env)]
+
+
+def _policy_node(policy: str | Path | None, topics: dict[str, str], extra_env: dict[str, str],
+                 role: str = 'desktop') -> NodeSpec:
     if not policy:
         raise ConfigError('the policy node needs a checkpoint: pass a policy directory from calf train')
     return NodeSpec('calf_agent', 'policy_node', 'policy', NAMESPACE,
-                    {'policy': str(policy), 'deterministic': True}, list(topics.items()), 'desktop',
+                    {'policy': str(policy), 'deterministic': True}, list(topics.items()), role,
                     dict(extra_env))
+
+
+def _hierarchy_nodes(policy: str | Path | None, env: str, with_shim: bool, time_scale: float,
+                     extra_env: dict[str, str]) -> list[NodeSpec]:
+    """The arbiter beside the env, then one policy node per sub-policy on its side (see the module doc)."""
+    if not policy:
+        raise ConfigError('the hierarchical graph needs a hierarchy: pass a directory from calf train-hierarchy')
+    hierarchy = load_hierarchy(policy)
+    if hierarchy.env != env:
+        raise ConfigError(f'the hierarchy at {policy} is for {hierarchy.env}, not {env}: pass env {hierarchy.env}')
+    nodes = [NodeSpec('calf_agent', 'arbiter_node', 'arbiter', NAMESPACE,
+                      {'hierarchy': str(hierarchy.root), 'time_scale': time_scale},
+                      [('observation', EDGE['observation']), ('candidates', CANDIDATES), ('action', EDGE['action'])],
+                      'edge', dict(extra_env))]
+    for sub in hierarchy.subpolicies:
+        remote = with_shim and sub.placement == 'desktop'
+        topics = [('observation', (DESKTOP if remote else EDGE)['observation']),
+                  ('action', DESKTOP['action'] if remote else CANDIDATES)]
+        nodes.append(NodeSpec('calf_agent', 'policy_node', sub.name, NAMESPACE,
+                              {'policy': str(hierarchy.checkpoint(sub)), 'deterministic': True, 'source': sub.name},
+                              topics, sub.placement, dict(extra_env)))
+    return nodes
 
 
 def _check_choice(kind: str, value: str, choices: tuple[str, ...], what: str = '') -> None:

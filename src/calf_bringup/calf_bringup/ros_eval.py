@@ -11,30 +11,38 @@ an action reached the env: from then on the loop is complete. Which episodes tho
 discovery, so unlike sim mode a ros evaluation does not replay the same episodes for a seed.
 
 Losses are the shim's counters over the counted episodes, read from LinkStats published every
-``STATS_PERIOD_S`` (exact to within one period at each end). Latencies are measured in real time
-and multiplied by ``time_scale``, so the report is in the profile's units whatever the speed-up.
+``STATS_PERIOD_S`` (exact to within one period at each end); 0 for ``flat_edge``, which has no shim.
+
+``graph`` places the policy (``calf_bringup.graph``). For ``hierarchical`` the loop is complete
+only once every sub-policy has been heard on ``/calf/edge/candidates``, so counting starts after
+that episode; the report adds the share of the env's actions that came from each sub-policy.
+
+Latencies are measured in real time and multiplied by ``time_scale``, so the report is in the
+profile's units whatever the speed-up.
 """
 from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 import rclpy
-from calf_msgs.msg import EpisodeResult, LinkStats
+from calf_msgs.msg import Action, EpisodeResult, LinkStats
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import EpisodeLog
+from calf_agent.hierarchy import load_hierarchy
 from calf_env.envs import env_spec, make_env
 from calf_shim.errors import CalfError, ConfigError
 from calf_shim.profiles import load_profile
-from calf_shim.qos import RESULTS
+from calf_shim.qos import RESULTS, STREAM
 
-from calf_bringup.graph import NAMESPACE, build_graph
+from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
 from calf_bringup.runner import Graph
 
 RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
@@ -47,11 +55,31 @@ DIRECTIONS = (LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)
 class _Listener:
     """Episode results and the shim's latest counters, received on a private context."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, sources: tuple[str, ...] = ()) -> None:
         self.results: dict[int, EpisodeResult] = {}
         self.shim_stats: dict[int, LinkStats] = {}
+        self.unheard = set(sources)
+        self.ready_episode: int | None = None if sources else 0  # env episode when every source was heard
+        self.applied: Counter[tuple[int, str]] = Counter()  # (env episode, source) of the actions sent to the env
         node.create_subscription(EpisodeResult, RESULT_TOPIC, self._on_result, RESULTS)
         node.create_subscription(LinkStats, SHIM_STATS_TOPIC, self._on_stats, RESULTS)
+        if sources:
+            node.create_subscription(Action, CANDIDATES, self._on_candidate, STREAM.profile())
+            node.create_subscription(Action, EDGE['action'], self._on_applied, STREAM.profile())
+
+    def _on_candidate(self, msg: Action) -> None:
+        self.unheard.discard(msg.source)
+        if not self.unheard and self.ready_episode is None:
+            self.ready_episode = msg.episode
+
+    def _on_applied(self, msg: Action) -> None:
+        self.applied[msg.episode, msg.source] += 1
+
+    def shares(self, episodes: set[int]) -> dict[str, float]:
+        """The share of each source among the actions sent to the env in ``episodes``."""
+        counts = Counter({source: n for (episode, source), n in self.applied.items() if episode in episodes})
+        total = sum(counts.values()) or 1
+        return {source: round(n / total, 4) for source, n in sorted(counts.items())}
 
     def _on_result(self, msg: EpisodeResult) -> None:
         self.results[msg.seq] = msg
@@ -60,8 +88,11 @@ class _Listener:
         self.shim_stats[msg.direction] = msg
 
     def first_live(self) -> int | None:
-        """The seq of the first episode in which an action reached the env (None before)."""
-        return min((seq for seq, result in self.results.items() if result.actions_applied > 0), default=None)
+        """The seq of the first episode in which an action reached the env with every source heard (None before)."""
+        if self.ready_episode is None:
+            return None
+        return min((seq for seq, result in self.results.items()
+                    if result.actions_applied > 0 and result.episode >= self.ready_episode), default=None)
 
     def has(self, seqs: range) -> bool:
         return all(seq in self.results for seq in seqs)
@@ -88,37 +119,44 @@ def evaluation_timeout_s(env: str, episodes: int, time_scale: float) -> float:
 
 
 def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int, time_scale: float = 1.0,
-                 output: TextIO | None = None) -> dict[str, Any]:
-    """Run ``episodes`` episodes of the checkpoint through env node -> shim(``network``) -> policy node."""
+                 output: TextIO | None = None, graph: str = 'flat_desktop') -> dict[str, Any]:
+    """Run ``episodes`` episodes of the checkpoint through env node -> shim(``network``) -> policy node
+    (or the nodes ``graph`` places)."""
     if episodes < 1:
         raise ConfigError(f'--episodes must be >= 1, got {episodes}')
     profile = load_profile(network)
-    _, meta = load_checkpoint(policy_dir)
-    env_node, shim_node, policy_node = build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(),
-                                                   env=meta['env'], seed=seed, time_scale=time_scale)
-    shim_node = shim_node._replace(parameters={**shim_node.parameters, 'stats_period_s': STATS_PERIOD_S})
+    hierarchy = load_hierarchy(policy_dir) if graph == 'hierarchical' else None
+    sources = hierarchy.sources if hierarchy else ()
+    env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']
+    specs = [spec._replace(parameters={**spec.parameters, 'stats_period_s': STATS_PERIOD_S}) if spec.name == 'shim'
+             else spec for spec in build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env,
+                                               seed=seed, time_scale=time_scale, graph=graph)]
+    with_shim = any(spec.name == 'shim' for spec in specs)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node(f'calf_eval_{os.getpid()}', namespace=NAMESPACE, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
-        listener = _Listener(node)
-        with Graph([env_node, shim_node, policy_node], output=output) as graph:
-            spin = partial(_spin, executor, graph)
+        listener = _Listener(node, sources)
+        with Graph(specs, output=output) as nodes:
+            spin = partial(_spin, executor, nodes)
             spin(lambda: listener.first_live() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
             counted = range(listener.first_live() + 1, listener.first_live() + 1 + episodes)
-            before = _fresh_counters(spin, listener)
-            spin(lambda: listener.has(counted), evaluation_timeout_s(meta['env'], episodes, time_scale),
+            before = _fresh_counters(spin, listener) if with_shim else dict.fromkeys(DIRECTIONS, 0)
+            spin(lambda: listener.has(counted), evaluation_timeout_s(env, episodes, time_scale),
                  f'{episodes} episodes')
-            after = _fresh_counters(spin, listener)
+            after = _fresh_counters(spin, listener) if with_shim else before
         log = EpisodeLog()
         for seq in counted:
             result = listener.results[seq]
             log.add(result.episode_return, result.length, result.success,
                     [sample * time_scale for sample in result.e2e_samples_ms])
         log.obs_lost, log.actions_lost = (after[d] - before[d] for d in DIRECTIONS)
-        return log.report('ros', profile.name, time_scale=time_scale, policy=str(policy_dir), seed=seed)
+        extra = {'forwarded_share': listener.shares({listener.results[seq].episode for seq in counted})} \
+            if sources else {}
+        return log.report('ros', profile.name, time_scale=time_scale, policy=str(policy_dir), seed=seed, graph=graph,
+                          **extra)
     finally:
         executor.shutdown()
         node.destroy_node()

@@ -9,6 +9,7 @@ up in a burst. Times are steady-clock seconds since the node started; stamps tha
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 from collections import Counter
@@ -16,21 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import rclpy
-from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
+from calf_shim.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
+from calf_shim.errors import ConfigError, MessageError
+from calf_shim.node_main import run_node
+from calf_shim.qos import RESULTS, STREAM, QosConfig
+from calf_shim.timing import EpisodeSummary, Verdict
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 from calf_env.envs import env_spec, make_stepper
-from calf_shim.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
-from calf_shim.errors import CalfError, ConfigError, MessageError
-from calf_shim.qos import RESULTS, STREAM, QosConfig
-from calf_shim.timing import EpisodeSummary, Verdict
+from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'dt': (None, 'tick period of the task (seconds); default: the task\'s own (cartpole 0.02, minigrid 0.1)'),
@@ -95,6 +95,7 @@ class EnvNode(Node):
         super().__init__('env', **kwargs)
         self.config = cfg = EnvNodeConfig.from_node(self)
         self.stepper = make_stepper(cfg.env)
+        self.run_id = int.from_bytes(os.urandom(4), 'little') or 1  # tells policies this run restarted
         self.finished = threading.Event()
         self.error: str | None = None
         self.verdicts: Counter[Verdict] = Counter()
@@ -150,7 +151,7 @@ class EnvNode(Node):
             else:
                 record = self.stepper.tick(now)
             summary = self.stepper.finish() if self.stepper.done else None
-        self._obs_pub.publish(obs_to_msg(record, ns))
+        self._obs_pub.publish(obs_to_msg(record, ns, self.run_id))
         return summary is None or self._end_episode(summary, ns)
 
     def _end_episode(self, summary: EpisodeSummary, ns: int) -> bool:
@@ -204,27 +205,8 @@ class EnvNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = EnvNode()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        while not node.finished.is_set():
-            executor.spin_once(timeout_sec=0.1)
-        if node.error:
-            print(f'env_node: error: {node.error}', file=sys.stderr)
-            return 1
-    except CalfError as err:
-        print(f'env_node: error: {err}', file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node('env_node', EnvNode, args, finished=lambda node: node.finished.is_set(),
+                    error=lambda node: node.error)
 
 
 if __name__ == '__main__':

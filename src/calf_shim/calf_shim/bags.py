@@ -98,6 +98,8 @@ class TraceBagWriter:
     def __init__(self, path: str | Path, storage: Storage | str = Storage.MCAP) -> None:
         self.path, self.storage = Path(path), _storage(storage)
         self._store = typestore()
+        if self.path.exists():
+            raise TraceError(f'{str(self.path)!r} exists already: give a new bag path')
         try:
             self._writer = Writer(self.path, version=Writer.VERSION_LATEST,
                                   storage_plugin=StoragePlugin[self.storage.name])
@@ -242,8 +244,14 @@ def read_bag(path: str | Path, wanted: Callable[[str], bool] = lambda msgtype: T
 
 
 def _decode(store: Typestore, message: BagMessage) -> Any:
+    """Deserialize CDR like ``Typestore.deserialize_cdr``, but accept trailing bytes: rmw_fastrtps
+    (Kilted) serializes some messages (calf_msgs/Action) 4 bytes longer than rosbags' check allows."""
     try:
-        return store.deserialize_cdr(message.data, message.msgtype)
+        if message.data[:2] not in (b'\x00\x00', b'\x00\x01'):
+            raise ValueError(f'unsupported CDR encapsulation {message.data[:2].hex()}')
+        msgdef = store.get_msgdef(message.msgtype)
+        deserialize = msgdef.deserialize_cdr_le if message.data[1] else msgdef.deserialize_cdr_be
+        return deserialize(memoryview(message.data)[4:], 0, msgdef.cls, store)[0]
     except Exception as err:  # noqa: BLE001  corrupt CDR raises struct, index or value errors
         raise TraceError(f'corrupt {message.msgtype} message on {message.topic} at {message.log_ns}: '
                          f'{_one_line(err)}') from None
@@ -253,6 +261,9 @@ def read_trace_bag(path: str | Path, recover: bool = False) -> Trace:
     """The trace in a bag's TraceSample topic; a TraceError if it has none."""
     topics, messages = read_bag(path, lambda msgtype: msgtype == TRACE_TYPE, recover)
     messages = [m for m in messages if m.msgtype == TRACE_TYPE]
+    if not messages and TRACE_TYPE in topics.values():
+        raise TraceError(f'{str(path)!r} has a trace topic but no samples: the recording saw no message '
+                         'on both sides of the link')
     if not messages:
         listed = ', '.join(f'{t} ({m})' for t, m in sorted(topics.items())) or 'none'
         raise TraceError(f'{str(path)!r} holds no {TRACE_TYPE} samples (topics: {listed}); a bag of '

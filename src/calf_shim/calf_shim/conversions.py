@@ -15,6 +15,7 @@ from calf_shim.timing import EpisodeSummary, ObsRecord
 
 
 class ReceivedObservation(NamedTuple):
+    run: int
     episode: int
     seq: int
     obs: np.ndarray
@@ -39,10 +40,10 @@ def time_ns(stamp: Time) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
-def obs_to_msg(record: ObsRecord, stamp_ns: int) -> Observation:
+def obs_to_msg(record: ObsRecord, stamp_ns: int, run: int = 0) -> Observation:
     msg = Observation()
     msg.header.stamp = time_msg(stamp_ns)
-    msg.seq, msg.episode = record.seq, record.episode
+    msg.seq, msg.episode, msg.run = record.seq, record.episode, run
     msg.data = record.obs.astype(np.float32).reshape(-1).tolist()
     msg.shape = list(record.obs.shape)
     msg.reward = float(record.reward)
@@ -59,7 +60,7 @@ def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
         raise MessageError(f'observation seq {msg.seq}: shape {list(msg.shape)} does not hold {data.size} values')
     if not np.all(np.isfinite(data)):
         raise MessageError(f'observation seq {msg.seq}: contains NaN or infinite values')
-    return ReceivedObservation(msg.episode, msg.seq, data, time_ns(msg.header.stamp), msg.terminated,
+    return ReceivedObservation(msg.run, msg.episode, msg.seq, data, time_ns(msg.header.stamp), msg.terminated,
                                msg.truncated)
 
 

@@ -15,21 +15,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import rclpy
-from calf_msgs.msg import Action, LinkStats, Observation
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks, UnsupportedEventTypeError
+from rclpy.event_handler import (
+    QoSMessageLostInfo,
+    SubscriptionEventCallbacks,
+    UnsupportedEventTypeError,
+)
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 
+from calf_msgs.msg import Action, LinkStats, Observation
 from calf_shim.conversions import time_msg
 from calf_shim.errors import CalfError, ConfigError
+from calf_shim.node_main import run_node
 from calf_shim.profiles import load_profile
 from calf_shim.qos import RESULTS, STREAM, QosConfig
-from calf_shim.relay import ReleaseThread, Relay
+from calf_shim.relay import Relay, ReleaseThread
 
 UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread
 MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
@@ -179,22 +182,12 @@ class ShimNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    node = None
-    try:
+    def make() -> ShimNode:
         node = ShimNode()
         request_realtime(node, threading.get_native_id(), 'executor')
-        rclpy.spin(node)
-    except CalfError as err:
-        print(f'shim_node: error: {err}', file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+        return node
+
+    return run_node('shim_node', make, args)
 
 
 if __name__ == '__main__':

@@ -251,15 +251,16 @@ class ObservationGate:
 
     episode: int = -1
     last_seq: int = -1
+    run: int = 0
 
-    def admit(self, episode: int, seq: int) -> bool:
+    def admit(self, episode: int, seq: int, run: int = 0) -> bool:
         """True if (episode, seq) is newer than anything acted on; records it.
 
-        An older episode at seq 0 means the env side restarted, and is admitted too.
+        A different ``run`` id means the env side restarted: its first observation is admitted.
         """
         newer = episode > self.episode or (episode == self.episode and seq > self.last_seq)
-        if newer or (episode < self.episode and seq == 0):
-            self.episode, self.last_seq = episode, seq
+        if newer or run != self.run:
+            self.episode, self.last_seq, self.run = episode, seq, run
             return True
         return False
 

@@ -6,38 +6,37 @@ pairs the two copies of each message (``calf_shim.traces.TraceMatcher``, on this
 clock) and writes one ``calf_msgs/TraceSample`` per message into an MCAP (default) or sqlite3 bag;
 with ``raw``, also the raw Observation and Action messages. Each sample is republished on
 ``trace`` for live monitoring. Bag log times are system time, as in ``ros2 bag record``.
+A direction is traced from the first message after its far-side subscription matched a publisher:
+before that, a message missing on the far side would be a discovery artefact, not a loss.
 
-Robustness: SIGINT and SIGTERM stop the node within 0.1 s and close the bag cleanly; messages
-still waiting for their far side then are not recorded. The bag is flushed every
-``flush_period_s`` (the MCAP chunk is closed and fsynced). After a SIGKILL,
-``calf trace recover`` keeps every flushed chunk: at most the samples of the last
+Robustness: SIGINT and SIGTERM stop the node (``calf_shim.node_main``) and ``destroy_node``
+closes the bag cleanly; messages still waiting for their far side then are not recorded. The bag
+is flushed every ``flush_period_s`` (the MCAP chunk is closed and fsynced; sqlite3 commits). After
+a SIGKILL, ``calf trace recover`` keeps every flushed chunk: at most the samples of the last
 ``flush_period_s`` are lost, plus the messages waiting for their far side (``loss_timeout_s``).
 Run the graph at time_scale 1 when recording: the trace holds wall-clock delays.
 """
 from __future__ import annotations
 
-import signal
 import sys
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Sequence
 
-import rclpy
 from calf_msgs.msg import Action, Observation, TraceSample
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks, UnsupportedEventTypeError
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
-from rclpy.signals import SignalHandlerOptions
-from rclpy.task import Future
+from rclpy.subscription import Subscription
 from std_msgs.msg import Header
 
 from calf_shim.bags import ACTION_TYPE, OBSERVATION_TYPE, TraceBagWriter
 from calf_shim.conversions import time_msg
-from calf_shim.errors import CalfError, ConfigError
+from calf_shim.errors import ConfigError
+from calf_shim.node_main import run_node
 from calf_shim.qos import RESULTS, QosConfig
 from calf_shim.traces import Direction, Sample, TraceMatcher
 
@@ -55,7 +54,7 @@ ROUTES = (  # direction, near (sender's) topic, far (receiver's) topic, type, ba
     (Direction.UPLINK, 'edge/observation', 'desktop/observation', Observation, OBSERVATION_TYPE, 'seq'),
     (Direction.DOWNLINK, 'desktop/action', 'edge/action', Action, ACTION_TYPE, 'obs_seq'),
 )
-POLL_S = 0.1  # period of loss expiry and of the stop check
+EXPIRE_S = 0.1  # period of the loss expiry
 
 
 @dataclass(frozen=True)
@@ -92,45 +91,54 @@ class TraceRecorderNode(Node):
         self.config = cfg = RecorderConfig.from_node(self)
         self.matcher = TraceMatcher(int(cfg.loss_timeout_s * 1e9), cfg.max_pending)
         self.writer = TraceBagWriter(cfg.out, cfg.storage)
-        self.done = Future()
-        self.stop_requested: str | None = None
+        self.finished = False  # duration_s reached
         self.missed = 0  # messages the middleware reported lost on these subscriptions
+        self._far: dict[Direction, Subscription] = {}
+        self._armed: set[Direction] = set()  # directions whose far side has matched a publisher
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._samples = self.create_publisher(TraceSample, 'trace', RESULTS)
         qos = QosConfig(depth=cfg.depth).profile()
         for direction, near, far, msg_type, bag_type, field in ROUTES:
             for topic, is_far in ((near, False), (far, True)):
                 callback = partial(self._on_message, direction, is_far, msg_type, field)
-                name = self._subscribe(msg_type, topic, qos, callback)
+                sub = self._subscribe(msg_type, topic, qos, callback)
+                if is_far:
+                    self._far[direction] = sub
                 if cfg.raw:
-                    self.writer.add_topic(name, bag_type)
-        self.create_timer(POLL_S, self._poll)
+                    self.writer.add_topic(sub.topic_name, bag_type)
+        self.create_timer(EXPIRE_S, self._expire)
         self.create_timer(cfg.flush_period_s, self.writer.flush)
         if cfg.duration_s > 0:
-            self.create_timer(cfg.duration_s, lambda: self.stop('duration reached'))
+            self.create_timer(cfg.duration_s, self._finish)
         self.get_logger().info(f'recording {cfg.storage} bag {cfg.out!r}')
 
-    def _subscribe(self, msg_type: type, topic: str, qos: Any, callback: Any) -> str:
-        """A raw subscription; counts middleware losses where the RMW reports them. Returns the topic name."""
+    def _subscribe(self, msg_type: type, topic: str, qos: Any, callback: Any) -> Subscription:
+        """A raw subscription; counts middleware losses where the RMW reports them."""
         def on_lost(info: QoSMessageLostInfo) -> None:
             self.missed += info.total_count_change
 
         name = self.resolve_topic_name(topic)
         try:
-            self.create_subscription(msg_type, name, partial(callback, name), qos, raw=True,
-                                     event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
+            return self.create_subscription(msg_type, name, partial(callback, name), qos, raw=True,
+                                            event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
         except UnsupportedEventTypeError:
-            self.create_subscription(msg_type, name, partial(callback, name), qos, raw=True)
-        return name
+            return self.create_subscription(msg_type, name, partial(callback, name), qos, raw=True)
 
     def _on_message(self, direction: Direction, is_far: bool, msg_type: type, field: str, topic: str,
                     data: bytes) -> None:
         now = self._steady.now().nanoseconds
-        msg = deserialize_message(data, msg_type)
-        seen = self.matcher.far if is_far else self.matcher.near
-        self._record([seen(direction, (msg.episode, getattr(msg, field)), len(data), now)])
+        if self._is_armed(direction):
+            msg = deserialize_message(data, msg_type)
+            seen = self.matcher.far if is_far else self.matcher.near
+            self._record([seen(direction, (msg.episode, getattr(msg, field)), len(data), now)])
         if self.config.raw:
             self.writer.write_raw(topic, data, self.get_clock().now().nanoseconds)
+
+    def _is_armed(self, direction: Direction) -> bool:
+        if direction not in self._armed and self._far[direction].get_publisher_count() > 0:
+            self._armed.add(direction)
+            self.get_logger().info(f'{direction.name.lower()}: far side matched, tracing')
+        return direction in self._armed
 
     def _record(self, samples: Sequence[Sample | None]) -> None:
         log_ns = self.get_clock().now().nanoseconds
@@ -138,54 +146,33 @@ class TraceRecorderNode(Node):
             if s is None:
                 continue
             self.writer.write_sample(s, log_ns)
-            self._samples.publish(TraceSample(header=Header(stamp=time_msg(log_ns)), seq=s.seq, direction=s.direction,
-                                              sent_ns=s.sent_ns, received_ns=s.received_ns,
-                                              size_bytes=s.size_bytes, lost=s.lost))
+            self._samples.publish(_sample_msg(s, log_ns))
 
-    def _poll(self) -> None:
+    def _expire(self) -> None:
         self._record(self.matcher.expire(self._steady.now().nanoseconds))
-        if self.stop_requested:
-            self.stop(self.stop_requested)
 
-    def stop(self, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_result(reason)
+    def _finish(self) -> None:
+        self.finished = True
 
-    def close(self) -> None:
-        """Close the bag and report what was recorded."""
+    def destroy_node(self) -> None:
+        """Close the bag, report what was recorded, then destroy the node."""
         self.writer.close()
         m = self.matcher
         self.get_logger().info(
             f'closed {self.config.out!r}: {self.writer.samples} samples; {m.pending} in flight not recorded, '
             f'{m.late} late copies, {m.unmatched} unmatched, {m.overflow} dropped (full), '
             f'{self.missed} missed by the middleware')
+        super().destroy_node()
+
+
+def _sample_msg(s: Sample, stamp_ns: int) -> TraceSample:
+    return TraceSample(header=Header(stamp=time_msg(stamp_ns)), seq=s.seq, direction=s.direction, sent_ns=s.sent_ns,
+                       received_ns=s.received_ns, size_bytes=s.size_bytes, lost=s.lost)
 
 
 def main(args: list[str] | None = None) -> int:
     """Record until SIGINT, SIGTERM or duration_s; the bag is closed in every case but SIGKILL."""
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
-    try:
-        node = TraceRecorderNode()
-        recorder = node
-
-        def request_stop(signum: int, frame: Any) -> None:  # acted on by the next poll, outside any write
-            recorder.stop_requested = signal.Signals(signum).name
-
-        signal.signal(signal.SIGINT, request_stop)
-        signal.signal(signal.SIGTERM, request_stop)
-        rclpy.spin_until_future_complete(node, node.done)
-    except CalfError as err:
-        print(f'trace_recorder: error: {err}', file=sys.stderr)
-        return 2
-    except ExternalShutdownException:
-        pass
-    finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node('trace_recorder', TraceRecorderNode, args, finished=lambda node: node.finished)
 
 
 if __name__ == '__main__':

@@ -263,10 +263,11 @@ def _rows(direction: Direction, keys: list[Any], stamps: dict[Any, int], receive
 def _uplink_rows(observations: Sequence[ObsEvent]) -> list[Sample]:
     """Delivered observations, and the seqs missing inside each episode as losses."""
     received = _first_by_key(observations, lambda o: (o.episode, o.seq))
-    keys = []
-    for episode in sorted({e for e, _ in received}):
-        seqs = [s for e, s in received if e == episode]
-        keys += [(episode, s) for s in range(min(seqs), max(seqs) + 1)]
+    spans: dict[int, tuple[int, int]] = {}
+    for episode, seq in received:
+        low, high = spans.get(episode, (seq, seq))
+        spans[episode] = (min(low, seq), max(high, seq))
+    keys = [(episode, s) for episode, (low, high) in sorted(spans.items()) for s in range(low, high + 1)]
     return _rows(Direction.UPLINK, keys, {k: o.stamp_ns for k, o in received.items()}, received)
 
 
@@ -339,17 +340,18 @@ class TraceMatcher:
     far copy does not follow within ``timeout_ns`` of the near one is lost. A far copy seen first
     waits the same time for its near copy; without one it is dropped and counted in
     ``unmatched`` (the recorder missed the near side). Copies of a message already resolved
-    (duplicates, arrivals after the timeout) are counted in ``late``. At most ``max_pending``
-    messages wait; beyond that the oldest is dropped unrecorded and counted in ``overflow``.
+    (duplicates, arrivals after the timeout) are counted in ``late``. Resolved keys are
+    remembered for twice the timeout, so a restarted sender that reuses keys is traced afresh.
+    At most ``max_pending`` messages wait; beyond that the oldest is dropped unrecorded and
+    counted in ``overflow``.
     """
 
-    def __init__(self, timeout_ns: int, max_pending: int = 10_000, remember: int = 100_000) -> None:
-        if timeout_ns <= 0 or max_pending < 1 or remember < 1:
-            raise ConfigError(f'TraceMatcher: timeout_ns, max_pending and remember must be > 0, got '
-                              f'{timeout_ns}, {max_pending}, {remember}')
-        self.timeout_ns, self.max_pending, self.remember = timeout_ns, max_pending, remember
+    def __init__(self, timeout_ns: int, max_pending: int = 10_000) -> None:
+        if timeout_ns <= 0 or max_pending < 1:
+            raise ConfigError(f'TraceMatcher: timeout_ns and max_pending must be > 0, got {timeout_ns}, {max_pending}')
+        self.timeout_ns, self.max_pending = timeout_ns, max_pending
         self._pending: OrderedDict[tuple[int, Hashable], _Pending] = OrderedDict()  # oldest first
-        self._done: OrderedDict[tuple[int, Hashable], None] = OrderedDict()
+        self._done: OrderedDict[tuple[int, Hashable], int] = OrderedDict()  # key -> when resolved, oldest first
         self._next_seq = {d: 0 for d in Direction}
         self.late = self.unmatched = self.overflow = 0
 
@@ -366,13 +368,15 @@ class TraceMatcher:
         return self._seen(direction, key, size_bytes, now_ns, near=False)
 
     def expire(self, now_ns: int) -> list[Sample]:
-        """Samples of the messages whose far copy is overdue: lost."""
+        """Samples of the messages whose far copy is overdue: lost. Forgets keys resolved long ago."""
+        while self._done and now_ns - next(iter(self._done.values())) > 2 * self.timeout_ns:
+            self._done.popitem(last=False)
         out = []
         while self._pending:
             k, p = next(iter(self._pending.items()))
             if now_ns - p.first_ns < self.timeout_ns:
                 break
-            self._resolve(k)
+            self._resolve(k, now_ns)
             if p.near:
                 out.append(Sample(int(k[0]), p.seq, p.first_ns, 0, p.size_bytes, True))
             else:
@@ -389,18 +393,16 @@ class TraceMatcher:
             self._pending[k] = _Pending(self._next_seq[direction], size_bytes, now_ns, near)
             self._next_seq[direction] += 1
             if len(self._pending) > self.max_pending:
-                self._resolve(next(iter(self._pending)))
+                self._resolve(next(iter(self._pending)), now_ns)
                 self.overflow += 1
             return None
-        self._resolve(k)
+        self._resolve(k, now_ns)
         sent, received = (now_ns, pending.first_ns) if near else (pending.first_ns, now_ns)
         return Sample(int(direction), pending.seq, sent, received, pending.size_bytes, False)
 
-    def _resolve(self, k: tuple[int, Hashable]) -> None:
+    def _resolve(self, k: tuple[int, Hashable], now_ns: int) -> None:
         self._pending.pop(k, None)
-        self._done[k] = None
-        if len(self._done) > self.remember:
-            self._done.popitem(last=False)
+        self._done[k] = now_ns
 
 
 # --- profiles from traces ---------------------------------------------------------------------

@@ -93,5 +93,6 @@ def test_gate_admits_only_newer_observations_and_env_restarts() -> None:
     gate = ObservationGate()
     assert [gate.admit(0, s) for s in (0, 2, 1, 2, 3)] == [True, True, False, False, True]
     assert gate.admit(1, 0)
-    assert gate.admit(0, 0), 'an env side that restarted begins again at episode 0'
-    assert not gate.admit(0, 0)
+    assert not gate.admit(0, 5), 'a late observation of an older episode is skipped'
+    assert gate.admit(0, 3, run=7), 'an env side that restarted (new run id) is followed at once'
+    assert not gate.admit(0, 2, run=7)

@@ -161,6 +161,17 @@ def test_matcher_waits_for_a_missing_near_copy():
     assert m.expire(now_ns=500) == [] and m.unmatched == 1
 
 
+def test_matcher_traces_reused_keys_afresh_after_twice_the_timeout():
+    m = TraceMatcher(timeout_ns=100)
+    m.near(Direction.UPLINK, (0, 0), 64, now_ns=0)
+    m.far(Direction.UPLINK, (0, 0), 64, now_ns=10)
+    m.expire(now_ns=150)
+    assert m.near(Direction.UPLINK, (0, 0), 64, now_ns=150) is None and m.pending == 0  # still a duplicate
+    m.expire(now_ns=211)  # a restarted sender counts from 0 again
+    m.near(Direction.UPLINK, (0, 0), 64, now_ns=211)
+    assert m.far(Direction.UPLINK, (0, 0), 64, now_ns=220) == Sample(0, 1, 211, 220, 64, False)
+
+
 def test_matcher_bounds_its_pending_messages():
     m = TraceMatcher(timeout_ns=100, max_pending=2)
     for k in range(3):

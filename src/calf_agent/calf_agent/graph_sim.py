@@ -1,0 +1,173 @@
+"""Virtual-time evaluation of the deployment graphs (``calf eval --graph ... --mode sim``).
+
+- ``flat_desktop``: ``evaluate_sim`` behind the profile.
+- ``flat_edge``: ``evaluate_sim`` behind ``sim_clean``: the policy sits beside the env.
+- ``hierarchical``: ``evaluate_hierarchy_sim``, an event simulation of the live hierarchical graph
+  under the timing rules of ``calf_shim.timing``. Edge sub-policies and the arbiter sit beside the
+  env: they see each observation when it is emitted, and their actions reach the env at once (the
+  ``sim_clean`` link, no compute time). Desktop sub-policies share one network link, as they
+  share the shim: each observation crosses the uplink once and reaches all of them; each of their
+  actions crosses the downlink after the profile's compute time. A desktop sub-policy busy
+  computing keeps only the newest observation that arrives meanwhile, as ``NetworkedEnv`` does.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calf_agent.arbiter import Arbiter, make_arbiter
+from calf_agent.evaluate import EpisodeLog, evaluate_sim
+from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
+from calf_agent.policy_runner import PolicyRunner
+from calf_env.envs import env_spec, make_stepper
+from calf_shim.errors import ConfigError
+from calf_shim.link import Link
+from calf_shim.networked_env import MESSAGE_OVERHEAD_BYTES
+from calf_shim.profiles import Profile, load_profile
+from calf_shim.timing import EpisodeSummary, ObsRecord, Stepper
+
+_ACTION, _TICK, _OBS, _FREE = 0, 1, 2, 3  # event ranks at equal times, as in NetworkedEnv
+
+
+def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
+                       keep_samples: bool = False) -> dict[str, Any]:
+    """The ``calf eval`` report of ``graph`` in virtual time; ``policy`` is a hierarchy for hierarchical."""
+    if graph not in GRAPHS:
+        raise ConfigError(f'unknown graph {graph!r}: choose one of {", ".join(GRAPHS)}')
+    if graph == 'hierarchical':
+        return evaluate_hierarchy_sim(policy, profile, episodes, seed, keep_samples)
+    link = load_profile(EDGE_NETWORK) if graph == 'flat_edge' else profile
+    report = evaluate_sim(policy, link, episodes, seed, keep_samples=keep_samples)
+    return {**report, 'network': profile.name, 'graph': graph}
+
+
+@dataclass
+class _Desktop:
+    """A desktop sub-policy: its runner and when it is free to take the next observation."""
+
+    name: str
+    runner: PolicyRunner
+    busy_until_ns: int = 0
+    waiting: ObsRecord | None = None
+
+
+@dataclass(order=True)
+class _Event:
+    time_ns: int
+    rank: int
+    order: int
+    payload: Any = field(compare=False)
+
+
+class HierarchySim:
+    """One hierarchy playing episodes behind one profile, in virtual time."""
+
+    def __init__(self, hierarchy: Hierarchy, profile: Profile) -> None:
+        self.hierarchy, self.profile = hierarchy, profile
+        runners = {sub.name: PolicyRunner.from_checkpoint(hierarchy.checkpoint(sub)) for sub in hierarchy.subpolicies}
+        self.edge = {sub.name: runners[sub.name] for sub in hierarchy.subpolicies if sub.placement == 'edge'}
+        self.desktop = [_Desktop(sub.name, runners[sub.name]) for sub in hierarchy.subpolicies
+                        if sub.placement == 'desktop']
+        self.stepper: Stepper = make_stepper(hierarchy.env)
+        self.arbiter: Arbiter = make_arbiter(hierarchy.env, hierarchy.sources, hierarchy.silence_timeout_s,
+                                             hierarchy.gating)
+        self.dt_ns, self.compute_ns = _ns(env_spec(hierarchy.env).dt), _ns(profile.compute_ms / 1e3)
+        obs_size = next(iter(runners.values())).obs_size
+        self.obs_bytes, self.action_bytes = MESSAGE_OVERHEAD_BYTES + 4 * obs_size, MESSAGE_OVERHEAD_BYTES + 8
+        self.obs_lost = self.actions_lost = 0
+        self._events: list[_Event] = []
+        self._order = itertools.count()
+        self._uplink: Link | None = None
+        self._downlink: Link | None = None
+
+    def play(self, seed: int) -> EpisodeSummary:
+        """One episode with env and links seeded by ``seed``."""
+        self._uplink, self._downlink = self.profile.make_links(np.random.default_rng(seed))
+        self._events.clear()
+        for desktop in self.desktop:
+            desktop.busy_until_ns, desktop.waiting = 0, None
+        self._emit(self.stepper.reset(0.0, seed=seed), 0)
+        while not self.stepper.done:
+            next_tick_ns = (self.stepper.tick_index + 1) * self.dt_ns
+            if self._events and (self._events[0].time_ns, self._events[0].rank) < (next_tick_ns, _TICK):
+                self._handle(heapq.heappop(self._events))
+            else:
+                self._emit(self.stepper.tick(next_tick_ns / 1e9), next_tick_ns)
+        return self.stepper.finish()
+
+    def _emit(self, record: ObsRecord, now_ns: int) -> None:
+        """Observation ``record`` reaches the arbiter and the edge sub-policies now, the desktop later."""
+        self.arbiter.on_observation(record.episode, record.seq, record.obs)
+        for name, runner in self.edge.items():
+            plan = runner.on_observation(record.episode, record.seq, record.obs, _ended(record))
+            if plan is not None:
+                self._arrive(name, record, plan, now_ns)
+        if self.desktop:
+            arrivals = self._uplink.transmit(record.stamp_s, self.obs_bytes)
+            self.obs_lost += not arrivals
+            for arrive_s in arrivals:
+                self._push(_ns(arrive_s), _OBS, (None, record))
+
+    def _handle(self, event: _Event) -> None:
+        if event.rank == _ACTION:
+            self._arrive(*event.payload, event.time_ns)
+            return
+        name, record = event.payload
+        for desktop in self.desktop:
+            if name in (None, desktop.name):
+                self._offer(desktop, record if event.rank == _OBS else desktop.waiting, event)
+
+    def _offer(self, desktop: _Desktop, record: ObsRecord | None, event: _Event) -> None:
+        """The desktop sub-policy takes ``record`` now, or keeps it as the newest while busy."""
+        if record is None:
+            return
+        if event.time_ns < desktop.busy_until_ns:
+            if desktop.waiting is None:
+                self._push(desktop.busy_until_ns, _FREE, (desktop.name, None))
+            desktop.waiting = record
+            return
+        desktop.waiting = None
+        plan = desktop.runner.on_observation(record.episode, record.seq, record.obs, _ended(record))
+        if plan is None:
+            return
+        send_ns = desktop.busy_until_ns = event.time_ns + self.compute_ns
+        arrivals = self._downlink.transmit(send_ns / 1e9, self.action_bytes)
+        self.actions_lost += not arrivals
+        for arrive_s in arrivals:
+            self._push(_ns(arrive_s), _ACTION, (desktop.name, record, plan))
+
+    def _arrive(self, name: str, record: ObsRecord, plan: list[int], now_ns: int) -> None:
+        """An action of sub-policy ``name`` reaches the arbiter, which may pass it to the env."""
+        if self.arbiter.on_action(name, record.episode, record.seq, now_ns / 1e9).forward:
+            self.stepper.on_action(record.seq, record.episode, plan, now_ns / 1e9)
+
+    def _push(self, time_ns: int, rank: int, payload: Any) -> None:
+        heapq.heappush(self._events, _Event(time_ns, rank, next(self._order), payload))
+
+
+def evaluate_hierarchy_sim(hierarchy_dir: Path | str, profile: Profile, episodes: int, seed: int,
+                           keep_samples: bool = False) -> dict[str, Any]:
+    """Play ``episodes`` episodes of the hierarchy, its desktop side behind ``profile``."""
+    hierarchy = load_hierarchy(hierarchy_dir)
+    sim = HierarchySim(hierarchy, profile)
+    log = EpisodeLog()
+    for index in range(episodes):
+        summary = sim.play(seed + index)
+        log.add(summary.episode_return, summary.length, summary.success, summary.e2e_ms)
+    log.obs_lost, log.actions_lost = sim.obs_lost, sim.actions_lost
+    total = sum(sim.arbiter.forwarded.values()) or 1
+    return log.report('sim', profile.name, keep_samples, policy=str(hierarchy_dir), seed=seed, graph='hierarchical',
+                      forwarded_share={name: round(n / total, 4) for name, n in sim.arbiter.forwarded.items()})
+
+
+def _ended(record: ObsRecord) -> bool:
+    return record.terminated or record.truncated
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))

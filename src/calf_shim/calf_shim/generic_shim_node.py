@@ -1,0 +1,181 @@
+"""The generic shim node: impairs topics of any message type, as listed in a relay config YAML.
+
+Per entry of the config (`calf_shim.topic_relay_config`) it holds one raw subscription on
+`in_topic`, one publisher on `out_topic` and one `Relay` with the entry's profile direction; a
+single `ReleaseThread` publishes the serialized bytes, never deserialized, at their release times.
+Without a `qos` in the config, an entry opens once a publisher on its `in_topic` is discovered,
+with that publisher's QoS. Every `discovery_period_s` the graph is checked: an endpoint whose type
+differs from the configured one stops the node with a one-line error (exit code 2). LinkStats per
+entry go to `shim/link_stats`, with `reporter` = the entry's resolved in_topic.
+
+Trace recording: `calf_shim.trace_recorder_node` pairs messages by calf_msgs keys, which opaque
+bytes do not have. The hook for TraceSample rows is `_Route.on_message`: `ReleaseThread.submit`
+sees each message's fate (release times, or none when the model drops it).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from calf_msgs.msg import LinkStats
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks, UnsupportedEventTypeError
+from rclpy.exceptions import ParameterException
+from rclpy.node import Node
+from rclpy.publisher import Publisher
+from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+
+from calf_shim.conversions import time_msg
+from calf_shim.errors import ConfigError
+from calf_shim.node_main import run_node
+from calf_shim.qos import RESULTS, QosConfig
+from calf_shim.relay import ReleaseThread, Relay
+from calf_shim.shim_node import _now_s, _received_s
+from calf_shim.topic_relay_config import (Endpoint, RelayEntry, TopicQos, check_types, load_relay_config,
+                                          mirror_qos, resolve_type)
+
+PARAMETERS: dict[str, tuple[Any, str]] = {
+    'config': ('', 'relay config YAML: a list of {in_topic, out_topic, type, direction, profile, qos}'),
+    'seed': (0, 'seed of the network models\' random generator (one child generator per entry)'),
+    'time_scale': (1.0, 'divides every model delay: release = receive + delay / time_scale'),
+    'queue_capacity': (1000, 'messages in flight per entry; more are tail-dropped (dropped_queue)'),
+    'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
+    'discovery_period_s': (0.5, 'period of the graph checks: QoS mirroring and type mismatches (seconds)'),
+}
+
+
+@dataclass(frozen=True)
+class GenericShimConfig:
+    """The generic shim's parameters and relay entries, read once at start-up."""
+
+    entries: tuple[RelayEntry, ...]
+    seed: int
+    time_scale: float
+    queue_capacity: int
+    stats_period_s: float
+    discovery_period_s: float
+
+    @classmethod
+    def from_node(cls, node: Node) -> GenericShimConfig:
+        """Declare every parameter on `node`, read them once, load and validate the relay config."""
+        try:
+            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
+                description=text, read_only=True)).value for name, (default, text) in PARAMETERS.items()}
+        except ParameterException as err:
+            raise ConfigError(' '.join(str(err).split())) from None
+        if not p['config']:
+            raise ConfigError('no relay config given: pass --ros-args -p config:=FILE.yaml')
+        if not (p['stats_period_s'] > 0 and p['discovery_period_s'] > 0):
+            raise ConfigError(f'stats_period_s and discovery_period_s must be > 0, got {p["stats_period_s"]} '
+                              f'and {p["discovery_period_s"]}')
+        return cls(tuple(load_relay_config(p['config'])), p['seed'], p['time_scale'], p['queue_capacity'],
+                   p['stats_period_s'], p['discovery_period_s'])
+
+
+class _Route:
+    """One entry at run time: resolved topic names, message class, publisher once opened."""
+
+    def __init__(self, node: Node, index: int, entry: RelayEntry) -> None:
+        self.index, self.entry, self.msg_type = index, entry, resolve_type(entry.type_name)
+        self.in_name, self.out_name = node.resolve_topic_name(entry.in_topic), node.resolve_topic_name(entry.out_topic)
+        self.publisher: Publisher | None = None
+        self.dropped_middleware = 0
+        self.waiting_logged = False
+
+    def send(self, data: bytes) -> None:
+        self.publisher.publish(data)
+
+
+class GenericShimNode(Node):
+    """Relays each configured topic through its profile, as serialized bytes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__('generic_shim', **kwargs)
+        self.config = cfg = GenericShimConfig.from_node(self)
+        rngs = np.random.default_rng(cfg.seed).spawn(len(cfg.entries))
+        self.routes = [_Route(self, i, entry) for i, entry in enumerate(cfg.entries)]
+        self.releaser = ReleaseThread([
+            (Relay(entry.profile.make_links(rng)[entry.direction], cfg.queue_capacity, cfg.time_scale), route.send)
+            for entry, rng, route in zip(cfg.entries, rngs, self.routes)], clock=_now_s)
+        self._check_graph()
+        self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
+        self._stats_seq = 0
+        self.create_timer(cfg.stats_period_s, self._publish_stats)
+        self.create_timer(cfg.discovery_period_s, self._check_graph)
+        self.releaser.start()
+        self.get_logger().info(', '.join(f'{r.in_name} -> {r.out_name} ({r.entry.type_name}, '
+                                         f'{r.entry.profile.name} {r.entry.direction.name.lower()})'
+                                         for r in self.routes) + f', time_scale {cfg.time_scale:g}')
+
+    def _check_graph(self) -> None:
+        """Fail on a type mismatch; open each entry whose QoS is now known."""
+        for route in self.routes:
+            check_types(route.entry.type_name, self._endpoints(route.in_name) + self._endpoints(route.out_name))
+            if route.publisher is None:
+                qos = route.entry.qos or self._mirrored_qos(route)
+                if qos is not None:
+                    self._open(route, qos)
+
+    def _endpoints(self, topic: str) -> list[Endpoint]:
+        found = [('publisher', info) for info in self.get_publishers_info_by_topic(topic)]
+        found += [('subscription', info) for info in self.get_subscriptions_info_by_topic(topic)]
+        return [Endpoint(topic, f'{info.node_namespace.rstrip("/")}/{info.node_name}', kind, info.topic_type)
+                for kind, info in found]
+
+    def _mirrored_qos(self, route: _Route) -> TopicQos | None:
+        """The QoS of the publishers on in_topic, or None (logged once) while there are none."""
+        offered = [('reliable' if info.qos_profile.reliability == ReliabilityPolicy.RELIABLE else 'best_effort',
+                    'transient_local' if info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+                    else 'volatile') for info in self.get_publishers_info_by_topic(route.in_name)]
+        if offered:
+            return mirror_qos(offered)
+        if not route.waiting_logged:
+            self.get_logger().info(f'{route.in_name}: waiting for a publisher to mirror its QoS')
+            route.waiting_logged = True
+        return None
+
+    def _open(self, route: _Route, qos: TopicQos) -> None:
+        """Create the publisher, then the raw subscription (counting middleware losses where reported)."""
+        profile = QosConfig(*qos).profile()
+        route.publisher = self.create_publisher(route.msg_type, route.out_name, profile)
+
+        def on_lost(info: QoSMessageLostInfo) -> None:
+            route.dropped_middleware += info.total_count_change
+
+        def on_message(data: bytes, info: dict) -> None:
+            self.releaser.submit(route.index, data, len(data), _received_s(info))
+
+        try:
+            self.create_subscription(route.msg_type, route.in_name, on_message, profile, raw=True,
+                                     event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
+        except UnsupportedEventTypeError:
+            self.create_subscription(route.msg_type, route.in_name, on_message, profile, raw=True)
+        self.get_logger().info(f'{route.in_name} -> {route.out_name}: {qos.reliability}, {qos.durability}, '
+                               f'depth {qos.depth}')
+
+    def _publish_stats(self) -> None:
+        """One LinkStats per entry; `rejected` stays 0, since the shim never parses what it relays."""
+        stamp = time_msg(self.get_clock().now().nanoseconds)
+        for route in self.routes:
+            c, latency_ms = self.releaser.stats(route.index)
+            msg = LinkStats(seq=self._stats_seq, reporter=route.in_name, direction=int(route.entry.direction),
+                            received=c.received, delivered=c.delivered, dropped_injected=c.dropped_injected,
+                            dropped_queue=c.dropped_queue, dropped_middleware=route.dropped_middleware)
+            msg.header.stamp = stamp
+            msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
+            self._stats_seq += 1
+            self._stats.publish(msg)
+
+    def destroy_node(self) -> None:
+        self.releaser.stop()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node('generic_shim_node', GenericShimNode, args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

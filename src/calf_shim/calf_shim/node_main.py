@@ -1,0 +1,52 @@
+"""The one ``main`` shape of every CALF node: clean stop on SIGINT/SIGTERM, one-line errors.
+
+rclpy's own signal handlers shut the context down while callbacks may still be running, which
+makes a stopping node fail inside the executor now and then. Here a signal only sets a flag: the
+spin loop ends, then the node is destroyed and rclpy shut down, in that order. Jazzy-compatible
+(explicit init and try/finally, no context manager).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Callable, TypeVar
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+
+from calf_shim.errors import CalfError
+
+N = TypeVar('N', bound=Node)
+
+
+def run_node(name: str, make_node: Callable[[], N], args: list[str] | None = None,
+             finished: Callable[[N], bool] = lambda node: False,
+             error: Callable[[N], str | None] = lambda node: None) -> int:
+    """Spin ``make_node()`` until a signal or ``finished(node)``; exit 0, 1 (``error(node)``) or 2 (CalfError)."""
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    node: N | None = None
+    try:
+        node = make_node()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while not stop.is_set() and not finished(node):
+            executor.spin_once(timeout_sec=0.05)
+        message = error(node)
+        if message:
+            print(f'{name}: error: {message}', file=sys.stderr)
+            return 1
+        return 0
+    except CalfError as err:
+        print(f'{name}: error: {err}', file=sys.stderr)
+        return 2
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
