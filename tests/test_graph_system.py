@@ -147,6 +147,20 @@ def test_parity_of_sim_and_ros_evaluation(policy: Path, capsys: pytest.CaptureFi
         assert ros['e2e_latency_ms'][q] == pytest.approx(sim['e2e_latency_ms'][q], rel=0.15), (sim, ros)
 
 
+@pytest.mark.ros
+def test_plan_policy_completes_episodes_through_calf_eval_ros(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan policy (H = 4) drives the live graph: its plans cross the shim and the env executes them."""
+    out = tmp_path / 'plans'
+    train_policy('cartpole', 'full_net_aware', seed=0, out_dir=out, steps=512, plan_horizon=4, progress=False)
+    argv = ['eval', '--policy', str(out), '--network', 'wifi_normal', '--mode', 'ros', '--episodes', '3',
+            '--seed', '0', '--time-scale', str(SCALE), '--json']
+    assert cli.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report['mode'], report['episodes'], len(report['returns'])) == ('ros', 3, 3)
+    assert min(report['returns']) >= 8 and report['e2e_latency_ms']['samples'] > 0
+
+
 def confidence_interval(returns: list[float]) -> tuple[float, float]:
     """95 % confidence interval of the mean (normal approximation)."""
     half = 1.96 * float(np.std(returns, ddof=1)) / math.sqrt(len(returns))

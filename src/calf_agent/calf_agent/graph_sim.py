@@ -84,20 +84,23 @@ class HierarchySim:
         self._order = itertools.count()
         self._uplink: Link | None = None
         self._downlink: Link | None = None
+        self._start_ns = 0  # episodes follow each other on one clock, as the env node's do
 
     def play(self, seed: int) -> EpisodeSummary:
-        """One episode with env and links seeded by ``seed``."""
+        """One episode with env and links seeded by ``seed``, one tick after the previous one ended."""
         self._uplink, self._downlink = self.profile.make_links(np.random.default_rng(seed))
         self._events.clear()
         for desktop in self.desktop:
             desktop.busy_until_ns, desktop.waiting = 0, None
-        self._emit(self.stepper.reset(0.0, seed=seed), 0)
+        start = self._start_ns
+        self._emit(self.stepper.reset(start / 1e9, seed=seed), start)
         while not self.stepper.done:
-            next_tick_ns = (self.stepper.tick_index + 1) * self.dt_ns
+            next_tick_ns = start + (self.stepper.tick_index + 1) * self.dt_ns
             if self._events and (self._events[0].time_ns, self._events[0].rank) < (next_tick_ns, _TICK):
                 self._handle(heapq.heappop(self._events))
             else:
                 self._emit(self.stepper.tick(next_tick_ns / 1e9), next_tick_ns)
+        self._start_ns = next_tick_ns + self.dt_ns
         return self.stepper.finish()
 
     def _emit(self, record: ObsRecord, now_ns: int) -> None:
@@ -170,4 +173,4 @@ def _ended(record: ObsRecord) -> bool:
 
 
 def _ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
+    return round(seconds * 1e9)

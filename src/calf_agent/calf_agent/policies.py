@@ -2,7 +2,12 @@
 
 Both take flat float observations and output ``plan_horizon`` independent categorical
 heads of ``n_actions`` each. With ``plan_horizon == 1`` actions have shape ``[B]``,
-otherwise ``[B, H]`` (a ``MultiDiscrete([n_actions] * H)`` action).
+otherwise ``[B, H]`` (a ``MultiDiscrete([n_actions] * H)`` action). An optional ``mask``
+``[B, H]`` restricts the logprob sum to the plan elements the env executed.
+
+``MlpAgent(plan_head='time')`` replaces the H output heads by one time-conditioned actor
+π(a | obs, j): element j sees the observation and its tick offset (j + 1) / H, so elements
+that rarely run in training share what the frequent ones learn.
 """
 from __future__ import annotations
 
@@ -33,10 +38,11 @@ def mlp(in_dim: int, hidden: tuple[int, ...]) -> nn.Sequential:
 
 
 def categorical_heads(logits: Tensor, plan_horizon: int, action: Tensor | None = None,
-                      deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                      deterministic: bool = False, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Sample (or score ``action``) from H independent categoricals.
 
-    Returns ``(action, logprob, entropy)``; logprob and entropy are summed over heads.
+    Returns ``(action, logprob, entropy)``; logprob and entropy are summed over heads, the
+    logprob only over heads where ``mask`` (``[B, H]``, 0/1) is set when one is given.
     """
     logp = logits.view(logits.shape[0], plan_horizon, -1).log_softmax(-1)
     if action is None:
@@ -45,11 +51,15 @@ def categorical_heads(logits: Tensor, plan_horizon: int, action: Tensor | None =
         action = idx.view(-1, plan_horizon)
     else:
         action = action.view(-1, plan_horizon).long()
-    logprob = logp.gather(-1, action.unsqueeze(-1)).sum((-1, -2))
+    per_head = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    logprob = (per_head if mask is None else per_head * mask.view_as(per_head)).sum(-1)
     entropy = -(logp.exp() * logp).sum((-1, -2))
     if plan_horizon == 1:
         action = action.squeeze(-1)
     return action, logprob, entropy
+
+
+PLAN_HEADS = ('independent', 'time')
 
 
 def _as_batch(obs: np.ndarray | Tensor) -> Tensor:
@@ -64,34 +74,47 @@ class MlpAgent(nn.Module):
     kind = 'mlp'
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...] = (64, 64),
-                 plan_horizon: int = 1) -> None:
+                 plan_horizon: int = 1, plan_head: str = 'independent') -> None:
         super().__init__()
         _check_dims(obs_dim, n_actions, hidden, plan_horizon)
+        if plan_head not in PLAN_HEADS:
+            raise ValueError(f'unknown plan_head {plan_head!r}: choose one of {", ".join(PLAN_HEADS)}')
         self.obs_dim, self.n_actions = obs_dim, n_actions
-        self.hidden, self.plan_horizon = tuple(hidden), plan_horizon
+        self.hidden, self.plan_horizon, self.plan_head = tuple(hidden), plan_horizon, plan_head
+        timed = plan_head == 'time'
         self.critic = nn.Sequential(mlp(obs_dim, hidden), layer_init(nn.Linear(hidden[-1], 1), 1.0))
-        self.actor = nn.Sequential(mlp(obs_dim, hidden),
-                                   layer_init(nn.Linear(hidden[-1], n_actions * plan_horizon), 0.01))
+        self.actor = nn.Sequential(mlp(obs_dim + timed, hidden),
+                                   layer_init(nn.Linear(hidden[-1], n_actions * (1 if timed else plan_horizon)),
+                                              0.01))
 
     def spec(self) -> dict[str, Any]:
         """The constructor arguments, for checkpoints."""
         return {'kind': self.kind, 'obs_dim': self.obs_dim, 'n_actions': self.n_actions,
-                'hidden': list(self.hidden), 'plan_horizon': self.plan_horizon}
+                'hidden': list(self.hidden), 'plan_horizon': self.plan_horizon, 'plan_head': self.plan_head}
+
+    def logits(self, x: Tensor) -> Tensor:
+        """Actor logits ``[B, H * n_actions]``, element-major."""
+        if self.plan_head == 'independent':
+            return self.actor(x)
+        offsets = torch.arange(1, self.plan_horizon + 1, dtype=x.dtype) / self.plan_horizon
+        timed = torch.cat([x.unsqueeze(1).expand(-1, self.plan_horizon, -1),
+                           offsets.view(1, -1, 1).expand(x.shape[0], -1, 1)], -1)
+        return self.actor(timed).flatten(1)
 
     def get_value(self, x: Tensor) -> Tensor:
         """State values, shape ``[B]``."""
         return self.critic(x).squeeze(-1)
 
-    def get_action_and_value(self, x: Tensor, action: Tensor | None = None
+    def get_action_and_value(self, x: Tensor, action: Tensor | None = None, mask: Tensor | None = None
                              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(action, logprob, entropy, value)``; samples when ``action`` is None."""
-        return (*categorical_heads(self.actor(x), self.plan_horizon, action), self.get_value(x))
+        return (*categorical_heads(self.logits(x), self.plan_horizon, action, mask=mask), self.get_value(x))
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False
             ) -> tuple[np.ndarray, None]:
         """Actions for one observation ``[obs_dim]`` or a batch ``[B, obs_dim]``; state is unused."""
-        logits = self.actor(_as_batch(obs))
+        logits = self.logits(_as_batch(obs))
         return categorical_heads(logits, self.plan_horizon, None, deterministic)[0].numpy(), None
 
 
@@ -151,11 +174,11 @@ class LstmAgent(nn.Module):
         return self.critic(self.get_states(x, state, done)[0]).squeeze(-1)
 
     def get_action_and_value(self, x: Tensor, state: LstmState, done: Tensor,
-                             action: Tensor | None = None
+                             action: Tensor | None = None, mask: Tensor | None = None
                              ) -> tuple[Tensor, Tensor, Tensor, Tensor, LstmState]:
         """``(action, logprob, entropy, value, new_state)``; samples when ``action`` is None."""
         out, state = self.get_states(x, state, done)
-        return (*categorical_heads(self.actor(out), self.plan_horizon, action),
+        return (*categorical_heads(self.actor(out), self.plan_horizon, action, mask=mask),
                 self.critic(out).squeeze(-1), state)
 
     @torch.inference_mode()

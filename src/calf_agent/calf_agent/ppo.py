@@ -98,14 +98,19 @@ class Minibatch(NamedTuple):
     dones: Tensor
     advantages: Tensor
     returns: Tensor
+    masks: Tensor  # [B, H] executed plan elements (all ones unless the buffer tracks them)
     env_idx: Tensor | None
 
 
 class RolloutBuffer:
-    """Preallocated ``[T, N]`` storage for one PPO rollout."""
+    """Preallocated ``[T, N]`` storage for one PPO rollout.
 
-    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, action_shape: tuple[int, ...] = ()
-                 ) -> None:
+    ``masks[t, n, j]`` marks plan element ``j`` of step ``t`` as executed. It starts at 1 unless
+    ``track_executed``; then it starts at 0 and ``mark_executed`` sets it from the env's reports.
+    """
+
+    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, action_shape: tuple[int, ...] = (),
+                 track_executed: bool = False) -> None:
         self.num_steps, self.num_envs = num_steps, num_envs
         self.obs = torch.zeros(num_steps, num_envs, obs_dim)
         self.actions = torch.zeros(num_steps, num_envs, *action_shape, dtype=torch.long)
@@ -113,6 +118,8 @@ class RolloutBuffer:
         self.values = torch.zeros(num_steps, num_envs)
         self.dones = torch.zeros(num_steps, num_envs)
         self.rewards = torch.zeros(num_steps, num_envs)
+        self.track_executed = track_executed
+        self.masks = torch.full((num_steps, num_envs, *(action_shape or (1,))), float(not track_executed))
         self.pos = 0
 
     @property
@@ -121,8 +128,18 @@ class RolloutBuffer:
         return self.pos == self.num_steps
 
     def reset(self) -> None:
-        """Start a new rollout (the storage is overwritten, not cleared)."""
+        """Start a new rollout (the storage is overwritten, not cleared; tracked masks are)."""
         self.pos = 0
+        if self.track_executed:
+            self.masks.zero_()
+
+    def mark_executed(self, executed: np.ndarray) -> None:
+        """OR ``executed[n, l, j]`` (element ``j`` of env ``n``'s plan from ``l`` steps before the
+        last added step ran) into the masks; steps before this rollout are dropped."""
+        last = self.pos - 1
+        for lag in range(min(executed.shape[1], last + 1)):
+            row = torch.as_tensor(executed[:, lag], dtype=torch.float32)
+            self.masks[last - lag] = torch.maximum(self.masks[last - lag], row)
 
     def add(self, obs: Tensor, done: Tensor, action: Tensor, logprob: Tensor, value: Tensor,
             reward: Tensor | np.ndarray) -> None:
@@ -145,7 +162,7 @@ class RolloutBuffer:
         ``by_env`` keeps whole env sequences together (for recurrent agents): each minibatch
         holds ``num_envs / num_minibatches`` envs, all ``T`` steps, flattened time-major.
         """
-        fields = (self.obs, self.actions, self.logprobs, self.values, self.dones, advantages, returns)
+        fields = (self.obs, self.actions, self.logprobs, self.values, self.dones, advantages, returns, self.masks)
         if by_env:
             for env_idx in np.array_split(rng.permutation(self.num_envs), num_minibatches):
                 idx = torch.as_tensor(env_idx)

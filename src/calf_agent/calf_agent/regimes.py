@@ -61,8 +61,13 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
 
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
                  regime: str | None = None, rep: Representation | None = None, plan_horizon: int = 1,
-                 progress: bool = True) -> TrainResult:
-    """Train PPO on ``env`` behind ``network`` and write the checkpoint into ``out_dir``."""
+                 progress: bool = True, mask_unexecuted: bool = True, plan_head: str = 'time') -> TrainResult:
+    """Train PPO on ``env`` behind ``network`` and write the checkpoint into ``out_dir``.
+
+    Plan policies (``plan_horizon > 1``) learn only from executed plan elements unless
+    ``mask_unexecuted`` is False; an MLP plan actor is ``plan_head`` ('time': π(a | obs, j),
+    'independent': one head per element; the LSTM agent always has independent heads).
+    """
     if steps is not None and steps <= 0:
         raise ConfigError(f'--steps must be > 0, got {steps}')
     profile = load_profile(network)
@@ -70,5 +75,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     base: TrainConfig = cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name,
             'representation': rep.as_dict(), 'plan_horizon': plan_horizon}
-    cfg = replace(base, seed=seed, total_steps=steps or base.total_steps, meta=meta)
+    cfg = replace(base, seed=seed, total_steps=steps or base.total_steps, meta=meta,
+                  mask_unexecuted=mask_unexecuted and plan_horizon > 1,
+                  plan_head=plan_head if plan_horizon > 1 and base.agent == 'mlp' else 'independent')
     return train(cfg, vec_env_factory(env, profile, rep, seed, plan_horizon), out_dir, progress=progress)

@@ -5,6 +5,8 @@ The vector env must autoreset in ``SAME_STEP`` mode, e.g.
 gym.vector.AutoresetMode.SAME_STEP})``: then every step is a real transition and a
 truncated episode is bootstrapped from ``info['final_obs']``. Observations must be flat
 (``Box`` of shape ``(obs_dim,)``) and actions ``Discrete(n)`` or ``MultiDiscrete([n] * H)``.
+With ``mask_unexecuted`` the env must report ``info['executed']`` (see ``NetworkedEnv``), and the
+policy loss of each step counts only the plan elements that ran.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from calf_agent.checkpoint import save_checkpoint
-from calf_agent.policies import AGENT_KINDS, Agent, LstmAgent, LstmState, MlpAgent
+from calf_agent.policies import AGENT_KINDS, PLAN_HEADS, Agent, LstmAgent, LstmState, MlpAgent
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.seeding import seed_everything
 
@@ -52,6 +54,8 @@ class TrainConfig:
     stop_return: float | None = None  # stop once the windowed mean return reaches this
     return_window: int = 20  # episodes in the reported mean return
     torch_threads: int = 1
+    mask_unexecuted: bool = False  # policy loss only on executed plan elements (info['executed'])
+    plan_head: str = 'independent'  # MLP plan actor: 'independent' heads or one time-conditioned 'time' head
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -62,6 +66,8 @@ class TrainConfig:
         if self.total_steps < self.batch_size:
             raise ValueError(f'total_steps={self.total_steps} is below one rollout '
                              f'(num_envs * num_steps = {self.batch_size})')
+        if self.plan_head not in PLAN_HEADS or (self.agent == 'lstm' and self.plan_head != 'independent'):
+            raise ValueError(f'plan_head {self.plan_head!r} needs the mlp agent; choose one of {", ".join(PLAN_HEADS)}')
         split = self.num_envs if self.agent == 'lstm' else self.batch_size
         if self.ppo.num_minibatches > split:
             raise ValueError(f'num_minibatches={self.ppo.num_minibatches} exceeds the {split} '
@@ -164,7 +170,7 @@ def _build_agent(cfg: TrainConfig, envs: gym.vector.VectorEnv) -> Agent:
     n_actions, horizon = _action_layout(envs.single_action_space)
     if cfg.agent == 'lstm':
         return LstmAgent(obs_dim, n_actions, cfg.hidden, horizon, cfg.lstm_size)
-    return MlpAgent(obs_dim, n_actions, cfg.hidden, horizon)
+    return MlpAgent(obs_dim, n_actions, cfg.hidden, horizon, cfg.plan_head)
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -184,7 +190,8 @@ class _Loop:
         self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5,
                                           foreach=True)
         action_shape = () if agent.plan_horizon == 1 else (agent.plan_horizon,)
-        self.buffer = RolloutBuffer(cfg.num_steps, cfg.num_envs, agent.obs_dim, action_shape)
+        self.buffer = RolloutBuffer(cfg.num_steps, cfg.num_envs, agent.obs_dim, action_shape,
+                                    cfg.mask_unexecuted)
         self.returns: list[float] = []
         self.lengths: deque[int] = deque(maxlen=cfg.return_window)
         self.global_step = self.iteration = 0
@@ -259,6 +266,8 @@ class _Loop:
             raw_obs, reward, term, trunc, info = self.envs.step(action.numpy())
             reward = self._bootstrap(reward.astype(np.float32), term, trunc, info, state, gamma)
             self.buffer.add(obs, done, action, logprob, value, reward)
+            if self.buffer.track_executed:
+                self.buffer.mark_executed(_executed(info))
             obs = torch.as_tensor(raw_obs, dtype=torch.float32)
             done = torch.as_tensor(term | trunc, dtype=torch.float32)
             self._record(info)
@@ -291,6 +300,9 @@ class _Loop:
         next_value = self._value(next_obs, next_done, state)
         advantages, returns = compute_gae(buf.rewards, buf.values, buf.dones, next_value, next_done,
                                           ppo.gamma, ppo.gae_lambda)
+        if buf.track_executed:
+            self._rescore(initial_state)
+        mask_of = (lambda mb: mb.masks) if buf.track_executed else (lambda mb: None)
         totals: dict[str, float] = {}
         count = 0
         for _ in range(ppo.update_epochs):
@@ -298,9 +310,9 @@ class _Loop:
                 if isinstance(self.agent, LstmAgent):
                     sub = (initial_state[0][:, mb.env_idx], initial_state[1][:, mb.env_idx])
                     _, logprob, entropy, value, _ = self.agent.get_action_and_value(
-                        mb.obs, sub, mb.dones, mb.actions)
+                        mb.obs, sub, mb.dones, mb.actions, mask_of(mb))
                 else:
-                    _, logprob, entropy, value = self.agent.get_action_and_value(mb.obs, mb.actions)
+                    _, logprob, entropy, value = self.agent.get_action_and_value(mb.obs, mb.actions, mask_of(mb))
                 loss, stats = ppo_loss(logprob, mb.logprobs, mb.advantages, value, mb.values, mb.returns,
                                        entropy, ppo.clip_coef, ppo.vf_coef, ppo.ent_coef,
                                        ppo.clip_vloss, ppo.norm_adv)
@@ -317,6 +329,17 @@ class _Loop:
         means['explained_variance'] = _explained_variance(buf.values, returns)
         return means
 
+    @torch.inference_mode()
+    def _rescore(self, initial_state: LstmState | None) -> None:
+        """Replace the stored logprobs by their sums over executed elements, under the rollout policy."""
+        buf = self.buffer
+        obs, actions, masks = buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.masks.flatten(0, 1)
+        if isinstance(self.agent, LstmAgent):
+            logprob = self.agent.get_action_and_value(obs, initial_state, buf.dones.flatten(0, 1), actions, masks)[1]
+        else:
+            logprob = self.agent.get_action_and_value(obs, actions, masks)[1]
+        buf.logprobs.copy_(logprob.view_as(buf.logprobs))
+
     def _row(self, stats: Mapping[str, float], lr: float) -> dict[str, float]:
         """One progress.csv row."""
         window = self.returns[-self.cfg.return_window:]
@@ -331,6 +354,15 @@ class _Loop:
             'sps': self.global_step / max(self.elapsed, 1e-9),
             'time_s': self.elapsed,
         }
+
+
+def _executed(info: Mapping[str, Any]) -> np.ndarray:
+    """``info['executed']`` per env, taken from ``final_info`` where an episode just ended."""
+    executed = np.array(info['executed'])
+    if '_final_info' in info:
+        for i in np.flatnonzero(info['_final_info']):
+            executed[i] = info['final_info']['executed'][i]
+    return executed
 
 
 def _explained_variance(values: Tensor, returns: Tensor) -> float:

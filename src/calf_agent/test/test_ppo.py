@@ -182,3 +182,36 @@ def test_lstm_act_carries_state() -> None:
     assert actions.shape == (2,) and state[0].shape == (1, 2, 8)
     _, state2 = agent.act(obs, state)
     assert not torch.equal(state2[0], state[0])
+
+
+def test_masked_plan_logprob_sums_only_executed_elements_and_stops_their_gradient() -> None:
+    seed_everything(0)
+    logits = torch.randn(2, 3 * 2, requires_grad=True)
+    action = torch.tensor([[0, 1, 1], [1, 0, 0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    _, logprob, _ = categorical_heads(logits, 3, action, mask=mask)
+    per_head = logits.detach().view(2, 3, 2).log_softmax(-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logprob.detach(), torch.stack([per_head[0, 0] + per_head[0, 2], torch.tensor(0.0)]))
+    loss, _ = ppo_loss(logprob, logprob.detach() - 0.1, torch.tensor([1.0, -1.0]), torch.zeros(2), torch.zeros(2),
+                       torch.zeros(2), torch.zeros(2), 0.2, 0.5, 0.0, norm_adv=False)
+    loss.backward()
+    grad = logits.grad.view(2, 3, 2).abs().sum(-1)
+    assert torch.equal(grad > 0, mask.bool()), 'only executed elements receive a policy gradient'
+
+
+def test_mark_executed_ors_lagged_rows_into_earlier_steps() -> None:
+    buffer = RolloutBuffer(3, 1, 1, action_shape=(2,), track_executed=True)
+    assert not buffer.masks.any()
+    executed = [np.array([[[0, 0], [0, 0], [0, 0]]]),  # step 0: nothing ran yet
+                np.array([[[0, 0], [0, 1], [0, 0]]]),  # step 1: element 1 of step 0's plan ran
+                np.array([[[1, 0], [0, 0], [1, 0]]])]  # step 2: element 0 of its own plan and of step 0's
+    for t, rows in enumerate(executed):
+        buffer.add(torch.zeros(1, 1), torch.zeros(1), torch.zeros(1, 2), torch.zeros(1), torch.zeros(1),
+                   np.zeros(1))
+        buffer.mark_executed(rows)
+    assert buffer.masks[:, 0].tolist() == [[1.0, 1.0], [0.0, 0.0], [1.0, 0.0]]
+    mb = next(buffer.minibatches(buffer.values, buffer.values, 1, np.random.default_rng(0)))
+    assert mb.masks.shape == (3, 2)
+    buffer.reset()
+    assert not buffer.masks.any()
+    assert RolloutBuffer(2, 2, 1, action_shape=(3,)).masks.all(), 'untracked masks count every element'

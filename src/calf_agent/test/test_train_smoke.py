@@ -95,3 +95,13 @@ def test_train_config_validates() -> None:
         TrainConfig(total_steps=10)
     with pytest.raises(ValueError, match='envs'):
         TrainConfig(agent='lstm', num_envs=2, total_steps=1024)
+
+
+def test_plan_policy_trains_on_executed_elements_behind_a_network(tmp_path: Path) -> None:
+    from calf_agent.regimes import train_policy
+    result = train_policy('cartpole', 'full_net_aware', 0, tmp_path, steps=512, plan_horizon=4, progress=False)
+    agent, meta = load_checkpoint(tmp_path)
+    assert result.global_steps == 512 and agent.plan_horizon == 4 and meta['plan_horizon'] == 4
+    assert meta['train_config']['mask_unexecuted']
+    plan, _ = agent.act(np.zeros(agent.obs_dim, dtype=np.float32), deterministic=True)
+    assert plan.shape == (1, 4)

@@ -1,4 +1,4 @@
-"""``calf experiment table4|table5|table6|table9|all``: reproduce the paper's tables."""
+"""``calf experiment table4|table5|table6|table7|table8|table9|all``: reproduce the paper's tables."""
 from __future__ import annotations
 
 import argparse
@@ -10,9 +10,10 @@ from pathlib import Path
 from calf_bringup.experiment import run_table, write_outputs
 from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLES
+from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
 from calf_bringup.table9 import run_table9
 
-CHOICES = (*TABLES, 'table9', 'all')
+CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,10 @@ def run(args: argparse.Namespace) -> int:
     names = [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
     for name in names:
         started = time.time()
-        if name == 'table9':
+        if name in GRAPH_TABLES:
+            result = run_graph_table(GRAPH_TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)
+            written = write_graph_table(result, args.out, command, started)
+        elif name == 'table9':
             written = run_table9(args.out, episodes=max(1, args.episodes // 10), command=command, started=started)
         else:
             result = run_table(TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)

@@ -20,18 +20,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--steps', type=int, help='environment decisions to train for (default per env)')
     parser.add_argument('--frames', type=int, help='frame stack k (default: d + 1, d = typical delay in ticks)')
     parser.add_argument('--action-history', type=int, help='actions remembered (default: d)')
+    parser.add_argument('--plan-horizon', type=int, default=1, metavar='H',
+                        help='actions per message: a plan for the H ticks after the observation (default 1)')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plan_horizon < 1:
+        raise SystemExit(f'calf train: error: --plan-horizon must be >= 1, got {args.plan_horizon}')
     network = args.network or regime_profile(args.regime)
     rep = None
     if args.frames is not None or args.action_history is not None:
         rep = Representation(frames=args.frames or 1, actions=args.action_history or 0)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
-                          rep=rep, progress=not args.quiet)
+                          rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
     return 0

@@ -60,6 +60,14 @@ TABLES: dict[str, TableSpec] = {
          'Combined (full model)': ('378 ± 41',)}),
 }
 
+PLAN_HORIZON = 16  # at or above the p99 hold length on wifi_degraded (issue 11)
+PLANS_ROW = Row('Full + plans', 'full_net_aware', PLAN_HORIZON)
+TABLES['plans'] = TableSpec(
+    'plans', f'CartPole: action plans (H = {PLAN_HORIZON}) against single actions, both trained under '
+    'full_net_aware: mean episode return (± std across seeds)', 'cartpole', 'mean_return', 1.0, 200_000,
+    (Row('Full (single actions)', 'full_net_aware'), PLANS_ROW),
+    (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-N', 'wifi_normal'), Column('Wi-Fi-D', 'wifi_degraded')), {})
+
 TABLE9_PAPER = {'Local (Pi only)': (5.2, 9.8), 'Ethernet (Pi ↔ Desktop)': (8.7, 14.3),
                 'Wi-Fi-Normal': (34.5, 68.2), 'Real-Wi-Fi-Degraded': (82.1, 152.7)}
 TABLE9_PROFILES = {'Local (Pi only)': 'sim_clean', 'Ethernet (Pi ↔ Desktop)': 'real_eth',

@@ -1,11 +1,13 @@
 """The graph builder: exact nodes, parameters and remappings per mode and role; command lines."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from calf_bringup import cli, cmd_run
-from calf_bringup.graph import NodeSpec, build_graph, command_line, discovery_env, param_text
+from calf_bringup.graph import NodeSpec, build_graph, command_line, discovery_env, impair_graph, param_text
 from calf_shim.errors import ConfigError
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
@@ -123,3 +125,43 @@ def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPa
 def test_calf_run_without_a_policy_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(['run', 'local_sim']) == 2
     assert capsys.readouterr().err.startswith('calf run: error: the policy node needs a checkpoint')
+
+
+IMPAIR_CONFIG = Path(__file__).resolve().parents[1] / 'config' / 'impair_cmd_vel.yaml'
+
+
+def test_impair_is_the_generic_shim_alone_with_an_absolute_config() -> None:
+    [shim] = impair_graph(str(IMPAIR_CONFIG), seed=7, time_scale=2, discovery='subnet')
+    assert shim == NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', '/calf',
+                            {'config': str(IMPAIR_CONFIG), 'seed': 7, 'time_scale': 2.0}, [], 'edge',
+                            {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SUBNET'})
+    assert command_line(shim, '/ws/install') == [
+        '/ws/install/calf_shim/lib/calf_shim/generic_shim_node', '--ros-args', '-r', '__node:=generic_shim',
+        '-r', '__ns:=/calf', '-p', f'config:={IMPAIR_CONFIG}', '-p', 'seed:=7', '-p', 'time_scale:=2.0']
+
+
+@pytest.mark.parametrize('config, message', [
+    (None, 'impair needs a relay config: pass --config FILE.yaml'),
+    ('/no/such/relay.yaml', "cannot read relay config '/no/such/relay.yaml'"),
+])
+def test_impair_without_a_valid_config_is_a_config_error(config: str | None, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        impair_graph(config)
+
+
+def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = []
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append((specs, domain_id)) or 0)
+    assert cli.main(['run', 'impair', '--config', str(IMPAIR_CONFIG), '--seed', '3', '--domain-id', '9']) == 0
+    assert started == [(impair_graph(str(IMPAIR_CONFIG), seed=3), 9)]
+
+
+def test_calf_run_impair_with_a_bad_config_is_a_one_line_error(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / 'relay.yaml'
+    bad.write_text('- {in_topic: /a, out_topic: /b, type: geometry_msgs/msg/Twst, direction: uplink, '
+                   'profile: sim_clean}\n')
+    assert cli.main(['run', 'impair', '--config', str(bad)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"calf run: error: {bad} entry 0 (/a): unknown message type 'geometry_msgs/msg/Twst': package "
+        f"'geometry_msgs' has no message 'Twst'"]

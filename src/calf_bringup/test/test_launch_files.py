@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from calf_bringup.graph import LAUNCH_ARGUMENTS, MODES
+from calf_bringup.graph import IMPAIR_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS, MODES
 
 LAUNCH_DIR = Path(__file__).resolve().parents[3] / 'launch'
 FILES = {mode: LAUNCH_DIR / f'{mode}.launch.py' for mode in MODES}
@@ -84,3 +84,32 @@ def test_generate_launch_description_yields_the_nodes(mode: str, expected: list[
     assert isinstance(actions[0], SetEnvironmentVariable)
     nodes = [action for action in actions if isinstance(action, Node)]
     assert [node.node_executable for node in nodes] == expected
+
+
+def test_impair_launch_file_calls_impair_graph_with_its_arguments() -> None:
+    path = LAUNCH_DIR / 'impair.launch.py'
+    tree = ast.parse(path.read_text(), filename=str(path))
+    assert len(_calls(tree, 'impair_graph')) == 1 and not _calls(tree, 'build_graph')
+    assert [fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)][-1] == 'generate_launch_description'
+    assert _calls(tree, 'OpaqueFunction') and _calls(tree, 'SetEnvironmentVariable') and _calls(tree, 'Node')
+    assert [name for name, _, _ in IMPAIR_LAUNCH_ARGUMENTS] == ['config', 'seed', 'time_scale', 'domain_id',
+                                                                'discovery']
+
+
+def test_impair_launch_description_yields_the_generic_shim() -> None:
+    _skip_without_launch()
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.utilities import perform_substitutions
+    from launch_ros.actions import Node
+
+    description = _load(LAUNCH_DIR / 'impair.launch.py').generate_launch_description()
+    context = LaunchContext()
+    config = Path(__file__).resolve().parents[1] / 'config' / 'impair_cmd_vel.yaml'
+    for entity in description.entities:
+        if isinstance(entity, DeclareLaunchArgument):
+            default = perform_substitutions(context, entity.default_value)
+            context.launch_configurations[entity.name] = str(config) if entity.name == 'config' else default
+    opaque = [entity for entity in description.entities if isinstance(entity, OpaqueFunction)]
+    nodes = [action for action in opaque[0].execute(context) or [] if isinstance(action, Node)]
+    assert [node.node_executable for node in nodes] == ['generic_shim_node']

@@ -77,5 +77,6 @@ def make_networked_env(name: str, profile: Profile, seed: int | None = None, pla
     """``name`` (or ``env``, a variant of it) behind ``profile``'s uplink and downlink, in virtual time."""
     spec = env_spec(name)
     uplink, downlink = links if links is not None else profile.make_links(np.random.default_rng(seed))
-    return NetworkedEnv(env if env is not None else make_env(name), uplink, downlink, spec.dt, profile.compute_ms,
-                        spec.hold, spec.noop_action, spec.initial_action, plan_horizon, spec.success_on_truncation, seed)
+    inner = env if env is not None else make_env(name)
+    return NetworkedEnv(inner, uplink, downlink, spec.dt, profile.compute_ms, spec.hold, spec.noop_action,
+                        spec.initial_action, plan_horizon, spec.success_on_truncation, seed)

@@ -8,9 +8,10 @@ with that publisher's QoS. Every `discovery_period_s` the graph is checked: an e
 differs from the configured one stops the node with a one-line error (exit code 2). LinkStats per
 entry go to `shim/link_stats`, with `reporter` = the entry's resolved in_topic.
 
-Trace recording: `calf_shim.trace_recorder_node` pairs messages by calf_msgs keys, which opaque
-bytes do not have. The hook for TraceSample rows is `_Route.on_message`: `ReleaseThread.submit`
-sees each message's fate (release times, or none when the model drops it).
+Trace recording is not wired up: `calf_shim.trace_recorder_node` pairs messages by calf_msgs keys,
+which opaque bytes do not have. The hook for TraceSample rows is the `on_message` callback in
+`GenericShimNode._open`: the relay's submit there decides each message's fate (its release times,
+or none when the model drops it).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+from rclpy.topic_endpoint_info import TopicEndpointInfo
 
 from calf_shim.conversions import time_msg
 from calf_shim.errors import ConfigError
@@ -44,6 +46,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
     'discovery_period_s': (0.5, 'period of the graph checks: QoS mirroring and type mismatches (seconds)'),
 }
+UNKNOWN_NODE = '_NODE_NAME_UNKNOWN_'  # rmw's node name of an endpoint whose participant is not yet discovered
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,7 @@ class GenericShimNode(Node):
     def _endpoints(self, topic: str) -> list[Endpoint]:
         found = [('publisher', info) for info in self.get_publishers_info_by_topic(topic)]
         found += [('subscription', info) for info in self.get_subscriptions_info_by_topic(topic)]
-        return [Endpoint(topic, f'{info.node_namespace.rstrip("/")}/{info.node_name}', kind, info.topic_type)
-                for kind, info in found]
+        return [Endpoint(topic, _node_name(info), kind, info.topic_type) for kind, info in found]
 
     def _mirrored_qos(self, route: _Route) -> TopicQos | None:
         """The QoS of the publishers on in_topic, or None (logged once) while there are none."""
@@ -171,6 +173,13 @@ class GenericShimNode(Node):
     def destroy_node(self) -> None:
         self.releaser.stop()
         super().destroy_node()
+
+
+def _node_name(info: TopicEndpointInfo) -> str:
+    """The endpoint's node, fully qualified; '' while discovery has not named it."""
+    if info.node_name == UNKNOWN_NODE:
+        return ''
+    return f'{info.node_namespace.rstrip("/")}/{info.node_name}'
 
 
 def main(args: list[str] | None = None) -> int:

@@ -4,6 +4,12 @@ The env ticks every ``dt`` through :class:`calf_shim.timing.Stepper` (the same c
 runs). Observations travel over ``uplink``, actions over ``downlink``. The agent makes one decision
 per observation delivered to it; the reward returned is the sum over the ticks that elapsed since
 the previous decision.
+
+``info['executed']`` (``uint8 [H + 1, H]``) says which plan elements ran during a step: row ``l``,
+column ``j`` is 1 if element ``j`` of the plan sent ``l`` decisions earlier in this episode (row 0:
+the plan passed to this ``step``) was applied on a tick of this step. A trainer ORs the rows into its
+earlier steps to learn only from executed elements. Executions more than H decisions late are not
+reported.
 """
 from __future__ import annotations
 
@@ -70,6 +76,8 @@ class NetworkedEnv(gym.Env):
         self._ticks = 0
         self._e2e_seen = 0
         self._ended: ObsRecord | None = None
+        self._decision_of: dict[int, int] = {}  # obs_seq -> index of the decision that answered it
+        self._executed = np.zeros((plan_horizon + 1, plan_horizon), dtype=np.uint8)
         self.obs_lost = self.actions_lost = 0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
@@ -83,6 +91,8 @@ class NetworkedEnv(gym.Env):
         self._gate = ObservationGate()
         self._waiting, self._ended = None, None
         self._busy_until_ns, self._reward, self._ticks, self._e2e_seen = 0, 0.0, 0, 0
+        self._decision_of.clear()
+        self._executed[:] = 0
         self.obs_lost = self.actions_lost = 0
         env_seed = None if seed is None else int(self._master_rng.integers(2**31))
         self._send_observation(self.stepper.reset(0.0, seed=env_seed))
@@ -99,6 +109,7 @@ class NetworkedEnv(gym.Env):
         reward = self._reward
         info = self._info(record)
         self._reward, self._ticks = 0.0, 0
+        self._executed[:] = 0
         if self._ended is not None:
             summary = self.stepper.finish()
             info.update(episode_e2e_ms=tuple(summary.e2e_ms), success=summary.success,
@@ -120,12 +131,21 @@ class NetworkedEnv(gym.Env):
                     return decided
                 continue
             record = self.stepper.tick(next_tick_ns / 1e9)
+            self._mark_executed(record)
             self._reward += record.reward
             self._ticks += 1
             if record.terminated or record.truncated:
                 self._ended = record
                 return record
             self._send_observation(record)
+
+    def _mark_executed(self, record: ObsRecord) -> None:
+        applied = record.applied
+        if applied is None or applied.index < 0 or applied.plan_seq not in self._decision_of:
+            return
+        lag = len(self._decision_of) - 1 - self._decision_of[applied.plan_seq]
+        if lag <= self.plan_horizon:
+            self._executed[lag, applied.index] = 1
 
     def _handle(self, event: _Event) -> ObsRecord | None:
         if event.rank == _ACTION:
@@ -152,6 +172,7 @@ class NetworkedEnv(gym.Env):
             self._push(_to_ns(arrive_s), _OBS, record)
 
     def _send_action(self, record: ObsRecord, plan: list[int]) -> None:
+        self._decision_of[record.seq] = len(self._decision_of)
         send_ns = self._decision_ns + self._compute_ns
         self._busy_until_ns = send_ns
         arrivals = self.downlink.transmit(send_ns / 1e9, self._action_bytes)
@@ -168,7 +189,8 @@ class NetworkedEnv(gym.Env):
         self._e2e_seen = len(e2e)
         return {'ticks': self._ticks, 'e2e_ms': new_e2e, 'obs_seq': record.seq,
                 'obs_age_ms': (self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
-                'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost}
+                'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
+                'executed': self._executed.copy()}
 
 
 def _to_ns(seconds: float) -> int:

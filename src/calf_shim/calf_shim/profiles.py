@@ -141,7 +141,11 @@ def available_profiles() -> list[str]:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """Load a profile by bare name (from the config directories) or from a .yaml/.yml path."""
+    """Load a profile by bare name (from the config directories), from a .yaml/.yml path, or
+    from a trace bag (replayed message by message, see ``calf_shim.traces``)."""
+    from calf_shim.traces import is_bag_path, resolve_network  # traces builds on this module
+    if is_bag_path(name_or_path):
+        return resolve_network(name_or_path)
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         found = [d / f"{name_or_path}.yaml" for d in _config_dirs() if (d / f"{name_or_path}.yaml").is_file()]

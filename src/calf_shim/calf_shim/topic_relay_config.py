@@ -61,7 +61,7 @@ class Endpoint(NamedTuple):
     """A publisher or subscription found in the ROS graph."""
 
     topic: str
-    node: str
+    node: str  # fully qualified, or '' while discovery has not named it
     kind: str  # 'publisher' or 'subscription'
     type_name: str
 
@@ -174,8 +174,8 @@ def check_types(expected: str, endpoints: Iterable[Endpoint]) -> None:
     """Raise a one-line ConfigError for the first endpoint whose type is not `expected`."""
     for ep in endpoints:
         if ep.type_name != expected:
-            raise ConfigError(f'topic {ep.topic}: {ep.kind} of node {ep.node} has type {ep.type_name}, '
-                              f'but the relay config says {expected}')
+            raise ConfigError(f'topic {ep.topic}: {ep.kind} of node {ep.node or "(not yet named)"} has type '
+                              f'{ep.type_name}, but the relay config says {expected}')
 
 
 def _topic(key: str, value: Any) -> str:

@@ -114,3 +114,43 @@ def test_minigrid_takes_noops_without_fresh_actions() -> None:
     _, _, _, _, info = env.step(2)
     assert info['ticks'] >= 1
     assert make_env('minigrid').observation_space.shape == (147,)
+
+
+def run_plans(env: NetworkedEnv, steps: int) -> list[np.ndarray]:
+    """Send constant plans; return each info's ``executed`` matrix (index 0: reset, i: step i)."""
+    _, info = env.reset(seed=0)
+    executed = [info['executed']]
+    for _ in range(steps):
+        _, _, terminated, truncated, info = env.step(np.ones(env.plan_horizon, dtype=np.int64))
+        executed.append(info['executed'])
+        if terminated or truncated:
+            break
+    return executed
+
+
+@pytest.mark.parametrize('up_ms, down_ms, first_step, lag, index', [
+    (0, 0, 1, 0, 0),  # the plan answers tick k and runs at tick k + 1, before the next decision
+    (30, 25, 2, 1, 2),  # 3-tick delay: obs k decided at k + 1.5, plan[2] runs at k + 3, one decision later
+    (40, 40, 2, 1, 3),  # 4-tick delay: plan[3] runs at k + 4, one decision later
+])
+def test_executed_mask_names_the_plan_and_element_each_step_ran(up_ms: float, down_ms: float, first_step: int,
+                                                                lag: int, index: int) -> None:
+    env = NetworkedEnv(TickCounterEnv(length=30), fixed_link(up_ms), fixed_link(down_ms), DT, plan_horizon=4)
+    executed = run_plans(env, 100)
+    expected = np.zeros((5, 4), dtype=np.uint8)
+    expected[lag, index] = 1
+    assert all(e.shape == (5, 4) and e.dtype == np.uint8 for e in executed)
+    assert not any(e.any() for e in executed[:first_step]), 'no plan has run before the first one arrives'
+    for step, e in enumerate(executed[first_step:], start=first_step):
+        np.testing.assert_array_equal(e, expected, err_msg=f'step {step}')
+
+
+def test_executed_mask_reports_a_plan_that_outlives_lost_successors() -> None:
+    inner = TickCounterEnv(length=12)
+    env = NetworkedEnv(inner, fixed_link(0), fixed_link(0), DT, plan_horizon=4)
+    env.reset(seed=0)
+    env.step(np.array([1, 2, 1, 2]))
+    env.downlink = Link([BernoulliLoss(p=1.0)], np.random.default_rng(0))  # every later plan is lost
+    masks = [env.step(np.zeros(4, dtype=np.int64))[4]['executed'] for _ in range(4)]
+    assert inner.applied[:5] == [1, 2, 1, 2, 2], 'plan 0 runs out at tick 4, then its last element is held'
+    assert [list(zip(*np.nonzero(m))) for m in masks] == [[(1, 1)], [(2, 2)], [(3, 3)], []]

@@ -137,3 +137,10 @@ def test_check_types_names_the_mismatched_endpoint() -> None:
         check_types('geometry_msgs/msg/Twist', [good, bad])
     assert str(err.value) == ('topic /cmd_vel: subscription of node /base has type geometry_msgs/msg/TwistStamped, '
                               'but the relay config says geometry_msgs/msg/Twist')
+
+
+def test_check_types_before_discovery_names_the_node() -> None:
+    unnamed = Endpoint('/scan', '', 'publisher', 'sensor_msgs/msg/PointCloud2')
+    with pytest.raises(ConfigError, match=r'^topic /scan: publisher of node \(not yet named\) has type '
+                                          r'sensor_msgs/msg/PointCloud2, but the relay config says '):
+        check_types('sensor_msgs/msg/LaserScan', [unnamed])

@@ -1,0 +1,77 @@
+"""Hierarchies: training writes hierarchy.json and one checkpoint per sub-policy; the virtual-time
+evaluation of the deployment graphs follows the timing rules on exact latency sequences."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.graph_sim import evaluate_graph_sim, evaluate_hierarchy_sim
+from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hierarchy
+from calf_agent.hierarchy_train import train_hierarchy
+from calf_agent.policies import MlpAgent
+from calf_shim.errors import ConfigError
+from calf_shim.profiles import load_profile
+
+ALWAYS_RECENTER = {'angle_rad': 10.0, 'angular_velocity_rad_s': 100.0}
+ALWAYS_STABILISE = {'angle_rad': 1e-9, 'angular_velocity_rad_s': 1e-9}
+
+
+def random_hierarchy(root: Path, gating: dict[str, float]) -> Path:
+    torch.manual_seed(0)
+    for name in ('stabilise', 'recenter'):
+        save_checkpoint(root / name, MlpAgent(4, 2), {'env': 'cartpole'})
+    subs = (SubPolicy('stabilise', 'edge', 'sim_clean', 'stabilise'),
+            SubPolicy('recenter', 'desktop', 'delay_only', 'recenter'))
+    save_hierarchy(Hierarchy('cartpole', 'delay_only', 0, subs, gating, 0.2, root))
+    return root
+
+
+def test_train_hierarchy_writes_every_sub_policy_and_the_description(tmp_path: Path) -> None:
+    hierarchy, results = train_hierarchy('cartpole', 'delay_only', seed=3, out=tmp_path, steps=512, progress=False)
+    assert list(results) == ['stabilise', 'recenter'] and all(r.global_steps == 512 for r in results.values())
+    doc = json.loads((tmp_path / 'hierarchy.json').read_text())
+    assert doc['subpolicies'] == [
+        {'name': 'stabilise', 'placement': 'edge', 'network': 'sim_clean', 'checkpoint': 'stabilise'},
+        {'name': 'recenter', 'placement': 'desktop', 'network': 'delay_only', 'checkpoint': 'recenter'}]
+    assert (doc['env'], doc['regime'], doc['seed'], doc['silence_timeout_s']) == ('cartpole', 'delay_only', 3, 0.2)
+    assert doc['gating'] == {'angle_rad': 0.05, 'angular_velocity_rad_s': 0.5}
+    assert load_hierarchy(tmp_path) == hierarchy
+    _, stabilise = load_checkpoint(tmp_path / 'stabilise')
+    _, recenter = load_checkpoint(tmp_path / 'recenter')
+    assert (stabilise['subtask'], stabilise['representation']) == ('stabilise', {'frames': 1, 'actions': 0})
+    # delay_only: d = ceil(51 ms / 20 ms) = 3 ticks; a frame stack of d + 1, no action history
+    assert (recenter['subtask'], recenter['representation']) == ('recenter', {'frames': 4, 'actions': 0})
+
+
+def test_remote_sub_policy_drives_after_its_first_fresh_answer(tmp_path: Path) -> None:
+    """delay_only: 25 ms up, 1 ms compute, 25 ms down. Recenter is silent until its answer to observation 0
+    arrives at 51 ms, so stabilise (fallback) drives ticks 1-3 with answers to observations 0-2; recenter's
+    answers to observations 0-2 are then stale, and from observation 3 on its answers drive, 51 ms late."""
+    report = evaluate_hierarchy_sim(random_hierarchy(tmp_path, ALWAYS_RECENTER), load_profile('delay_only'),
+                                    episodes=1, seed=0, keep_samples=True)
+    samples = report['e2e_samples_ms']
+    assert samples[:3] == [0.0, 0.0, 0.0]
+    assert samples[3:] == pytest.approx([51.0] * (len(samples) - 3))
+    assert report['forwarded_share'] == {'stabilise': round(3 / len(samples), 4),
+                                         'recenter': round(1 - 3 / len(samples), 4)}
+
+
+def test_edge_sub_policy_alone_is_never_late(tmp_path: Path) -> None:
+    report = evaluate_hierarchy_sim(random_hierarchy(tmp_path, ALWAYS_STABILISE), load_profile('wifi_normal'),
+                                    episodes=2, seed=1, keep_samples=True)
+    assert set(report['e2e_samples_ms']) == {0.0}
+    assert report['forwarded_share'] == {'stabilise': 1.0, 'recenter': 0.0}
+
+
+def test_evaluation_is_reproducible_and_flat_edge_has_no_network(tmp_path: Path) -> None:
+    root = random_hierarchy(tmp_path, {'angle_rad': 0.02, 'angular_velocity_rad_s': 0.2})
+    first, second = (evaluate_hierarchy_sim(root, load_profile('wifi_normal'), 3, seed=5) for _ in range(2))
+    assert first == second and first['graph'] == 'hierarchical' and first['episodes'] == 3
+    flat = evaluate_graph_sim('flat_edge', root / 'stabilise', load_profile('wifi_normal'), 2, seed=0)
+    assert (flat['graph'], flat['network'], flat['e2e_latency_ms']['p95']) == ('flat_edge', 'wifi_normal', 0.0)
+    with pytest.raises(ConfigError, match="unknown graph 'tree'"):
+        evaluate_graph_sim('tree', root, load_profile('wifi_normal'), 1, seed=0)

@@ -1,0 +1,197 @@
+"""Tables 7 and 8 analogs: one task deployed as Flat (Desktop), Flat (Edge) and Hierarchical graphs.
+
+Per seed, a flat policy trains ``steps`` PPO steps under the regime, and a hierarchy trains the same
+total budget split evenly across its sub-policies (``calf train-hierarchy``). Every graph is then
+evaluated under the deployment network (wifi_normal) in virtual time (``calf_agent.graph_sim``,
+all seeds), and the seed-0 policies also through the live node graph over DDS at time scale 1
+(``calf eval --mode ros --graph ...``), which measures E2E latency with the real node hops.
+Runs are cached under ``OUT/graph_cache/`` so that an interrupted experiment resumes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from calf_agent.subtasks import subtasks
+
+GRAPH_ROWS = {'Flat (Desktop)': 'flat_desktop', 'Flat (Edge)': 'flat_edge',
+              'Hierarchical (Distributed)': 'hierarchical'}
+
+
+class GraphTable(NamedTuple):
+    name: str
+    title: str
+    env: str
+    network: str  # the deployment condition every configuration is evaluated under
+    regime: str  # training regime of the flat policy and the desktop sub-policies
+    steps: int  # PPO steps of the flat policy = total over the sub-policies
+    paper: dict[str, str]  # row -> the paper's success rate
+
+
+GRAPH_TABLES = {
+    'table7': GraphTable('table7', 'CartPole policy graph: deployment configurations over Wi-Fi-Normal', 'cartpole',
+                         'wifi_normal', 'full', 200_000,
+                         {'Flat (Desktop)': '77 ± 9', 'Flat (Edge)': '82 ± 7', 'Hierarchical (Distributed)': '79 ± 8'}),
+    'table8': GraphTable('table8', 'MiniGrid DoorKey policy graph: deployment configurations over Wi-Fi-Normal',
+                         'minigrid', 'wifi_normal', 'full', 500_000, {}),
+}
+
+
+def _one_thread() -> None:
+    import torch
+    torch.set_num_threads(1)
+
+
+def _cached(final: Path, marker: str, build: Any) -> Path:
+    """``final`` if ``final/marker`` exists, else ``build(partial_dir)`` renamed to ``final``."""
+    if (final / marker).is_file():
+        return final
+    partial = final.with_name(final.name + '.partial')
+    shutil.rmtree(partial, ignore_errors=True)
+    build(partial)
+    partial.rename(final)
+    return final
+
+
+def train_flat(spec: GraphTable, seed: int, steps: int, cache: Path) -> Path:
+    from calf_agent.regimes import regime_profile, train_policy
+    return _cached(cache / f'{spec.env}-{spec.regime}-{steps}steps-seed{seed}-flat', 'meta.json',
+                   lambda out: train_policy(spec.env, regime_profile(spec.regime), seed, out, steps=steps,
+                                            regime=spec.regime, progress=False))
+
+
+def train_hierarchy_cached(spec: GraphTable, seed: int, steps: int, cache: Path) -> Path:
+    from calf_agent.hierarchy_train import train_hierarchy
+    per_sub = steps // len(subtasks(spec.env))
+    return _cached(cache / f'{spec.env}-{spec.regime}-{steps}steps-seed{seed}-hierarchy', 'hierarchy.json',
+                   lambda out: train_hierarchy(spec.env, spec.regime, seed, out, per_sub, progress=False))
+
+
+def evaluate_cached(graph: str, policy: Path, network: str, episodes: int, seed: int) -> dict[str, Any]:
+    """``calf eval --mode sim --graph`` of one trained seed, cached beside the checkpoint."""
+    from calf_agent.graph_sim import evaluate_graph_sim
+    from calf_shim.profiles import load_profile
+    path = policy.parent / f'{policy.name}--{graph}-{network}-{episodes}ep.json'
+    if not path.is_file():
+        report = evaluate_graph_sim(graph, policy, load_profile(network), episodes, seed=10_000 + seed)
+        path.write_text(json.dumps(report))
+    return json.loads(path.read_text())
+
+
+def _train(job: tuple[str, GraphTable, int, int, Path]) -> Path:
+    kind, spec, seed, steps, cache = job
+    return (train_flat if kind == 'flat' else train_hierarchy_cached)(spec, seed, steps, cache)
+
+
+def _evaluate(job: tuple[str, Path, str, int, int]) -> dict[str, Any]:
+    return evaluate_cached(*job)
+
+
+def run_graph_table(spec: GraphTable, seeds: int, episodes: int, out: Path, workers: int | None = None,
+                    steps: int | None = None) -> dict[str, Any]:
+    """Train every seed, evaluate every graph in virtual time, and seed 0 over DDS; return the result."""
+    steps = steps or spec.steps
+    cache = out / 'graph_cache'
+    cache.mkdir(parents=True, exist_ok=True)
+    jobs = [(kind, spec, seed, steps, cache) for seed in range(seeds) for kind in ('flat', 'hierarchy')]
+    with ProcessPoolExecutor(workers, initializer=_one_thread) as pool:
+        trained = dict(zip([(kind, seed) for kind, _, seed, _, _ in jobs], pool.map(_train, jobs)))
+        policy = {(graph, seed): trained['hierarchy' if graph == 'hierarchical' else 'flat', seed]
+                  for graph in GRAPH_ROWS.values() for seed in range(seeds)}
+        evals = [(graph, path, spec.network, episodes, seed) for (graph, seed), path in policy.items()]
+        reports = dict(zip(policy, pool.map(_evaluate, evals)))
+    live = _live(spec, policy, max(2, episodes // 5))
+    rows = {row: _row(graph, seeds, reports, live[graph]) for row, graph in GRAPH_ROWS.items()}
+    return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'network': spec.network,
+            'regime': spec.regime, 'seeds': seeds, 'episodes': episodes, 'steps': steps,
+            'live_episodes': live['flat_desktop']['episodes'], 'rows': rows, 'paper': spec.paper,
+            'goal': _goal(rows)}
+
+
+def _live(spec: GraphTable, policy: dict[tuple[str, int], Path], episodes: int) -> dict[str, dict[str, Any]]:
+    """Each graph of seed 0 through the live node graph at time scale 1."""
+    from calf_bringup.ros_eval import evaluate_ros
+    reports = {}
+    for graph in GRAPH_ROWS.values():
+        print(f'{spec.name}: {graph} through the live graph, {episodes} episodes under {spec.network}')
+        reports[graph] = evaluate_ros(policy[graph, 0], spec.network, episodes, seed=0, time_scale=1.0, graph=graph)
+    return reports
+
+
+def _row(graph: str, seeds: int, reports: dict[tuple[str, int], dict[str, Any]],
+         live: dict[str, Any]) -> dict[str, Any]:
+    per_seed = [reports[graph, seed] for seed in range(seeds)]
+    success = [100.0 * r['success_rate'] for r in per_seed]
+    returns = [r['mean_return'] for r in per_seed]
+    row = {'graph': graph, 'success_per_seed': success, 'return_per_seed': returns,
+           'success': _mean_std(success), 'return': _mean_std(returns),
+           'e2e_p50_ms': float(np.median([r['e2e_latency_ms']['p50'] for r in per_seed])),
+           'e2e_p95_ms': float(np.median([r['e2e_latency_ms']['p95'] for r in per_seed])),
+           'live': {'success': 100.0 * live['success_rate'], 'return': live['mean_return'],
+                    'e2e_p50_ms': live['e2e_latency_ms']['p50'], 'e2e_p95_ms': live['e2e_latency_ms']['p95'],
+                    'episodes': live['episodes']}}
+    if graph == 'hierarchical':
+        row['forwarded_share'] = {name: float(np.mean([r['forwarded_share'][name] for r in per_seed]))
+                                  for name in per_seed[0]['forwarded_share']}
+        row['live']['forwarded_share'] = live['forwarded_share']
+    return row
+
+
+def _mean_std(values: list[float]) -> dict[str, float]:
+    return {'mean': float(np.mean(values)), 'std': float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
+
+
+def _goal(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, bool]]:
+    """The issue's goal in virtual time: hierarchical >= flat desktop, and within 5 % of flat edge."""
+    goal = {}
+    for metric in ('success', 'return'):
+        hier, desk, edge = (rows[r][metric]['mean'] for r in ('Hierarchical (Distributed)', 'Flat (Desktop)',
+                                                                 'Flat (Edge)'))
+        goal[metric] = {'at_least_flat_desktop': hier >= desk, 'within_5pct_of_flat_edge': hier >= 0.95 * edge}
+    return goal
+
+
+def markdown(result: dict[str, Any]) -> str:
+    header = ('| configuration | success % | return | E2E p50 / p95 ms | live success % | live return '
+              '| live E2E p50 / p95 ms | paper success % |')
+    lines = [header, '|---' * 8 + '|']
+    for name, row in result['rows'].items():
+        live = row['live']
+        lines.append(
+            f'| {name} | {row["success"]["mean"]:.0f} ± {row["success"]["std"]:.0f} | '
+            f'{row["return"]["mean"]:.0f} ± {row["return"]["std"]:.0f} | {row["e2e_p50_ms"]:.1f} / '
+            f'{row["e2e_p95_ms"]:.1f} | {live["success"]:.0f} | {live["return"]:.0f} | '
+            f'{_ms(live["e2e_p50_ms"])} / {_ms(live["e2e_p95_ms"])} | {result["paper"].get(name, "—")} |')
+    return '\n'.join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return '-' if value is None else f'{value:.1f}'
+
+
+def write_graph_table(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
+    """``OUT/<table>.json`` and ``.md``, with the command, run time and versions."""
+    from calf_bringup.experiment import _versions
+    result = {**result, 'markdown': markdown(result), 'command': command,
+              'run_time_s': round(time.time() - started, 1), 'versions': _versions()}
+    json_path, md_path = out / f'{result["table"]}.json', out / f'{result["table"]}.md'
+    json_path.write_text(json.dumps(result, indent=1))
+    hier = result['rows']['Hierarchical (Distributed)']
+    md_path.write_text(
+        f'# {result["table"]}: {result["title"]}\n\n{result["markdown"]}\n\n'
+        f'Success, return and E2E latency: {result["seeds"]} training seeds × {result["episodes"]} episodes in '
+        f'virtual time (mean ± sample std across seeds; latency: median across seeds). Live: the seed-0 policies, '
+        f'{result["live_episodes"]} episodes each through the node graph over DDS at time scale 1. Every '
+        f'configuration is evaluated under `{result["network"]}`; Flat (Edge) sends nothing across it. The flat '
+        f'policy trains {result["steps"]} PPO steps under the `{result["regime"]}` regime; the hierarchy the same '
+        f'total, split evenly across its sub-policies (edge ones under `sim_clean`).\n\n'
+        f'Share of the env\'s actions per sub-policy (hierarchical): {hier["forwarded_share"]} in virtual time, '
+        f'{hier["live"]["forwarded_share"]} live.\n\nGoal (virtual-time success): {result["goal"]}\n\n'
+        f'Command: `{result["command"]}` ({result["run_time_s"]:.0f} s)\n')
+    return [json_path, md_path]

@@ -1,0 +1,64 @@
+"""The adapter policy node in-process over DDS: a checkpoint drives Twist commands from JointState messages."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from geometry_msgs.msg import Twist
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+
+from calf_agent.adapter_policy_node import AdapterPolicyNode
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
+from ros_helpers import new_context, spin_until
+
+pytestmark = pytest.mark.ros
+
+JOINTS = {'topic': '/ad/joint_states', 'type': 'sensor_msgs/msg/JointState', 'joints': ['cart', 'pole'],
+          'fields': ['position', 'velocity']}
+TWIST_TABLE = {'topic': '/ad/cmd_vel', 'type': 'geometry_msgs/msg/Twist', 'fields': ['linear.x', 'angular.z'],
+               'table': [[-0.5, 0.0], [0.5, 0.1]]}
+
+
+def write_adapter(tmp_path: Path, observation: dict, action: dict) -> Path:
+    path = tmp_path / 'adapter.yaml'
+    path.write_text(f'observation: {observation}\naction: {action}\n')
+    return path
+
+
+def test_adapter_policy_node_drives_twist_from_joint_states(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    agent = MlpAgent(4, 2)
+    ckpt = save_checkpoint(tmp_path / 'ckpt', agent, {'env': 'cartpole'})
+    adapter = write_adapter(tmp_path, JOINTS, TWIST_TABLE)
+    context = new_context()
+    executor = SingleThreadedExecutor(context=context)
+    robot = Node('robot', context=context)
+    executor.add_node(robot)
+    received: list[Any] = []
+    try:
+        policy = AdapterPolicyNode(context=context, parameter_overrides=[
+            Parameter('policy', value=str(ckpt)), Parameter('adapter', value=str(adapter))])
+        executor.add_node(policy)
+        states = robot.create_publisher(JointState, '/ad/joint_states', 10)
+        robot.create_subscription(Twist, '/ad/cmd_vel', received.append, 10)
+        msg = JointState(name=['cart', 'pole'], position=[0.01, 0.03], velocity=[-0.02, 0.04])
+        timer = robot.create_timer(0.05, lambda: states.publish(msg))
+        assert spin_until(executor, lambda: len(received) >= 3, 10.0)
+        robot.destroy_timer(timer)
+        expected = int(agent.act(np.float32([0.01, -0.02, 0.03, 0.04]), deterministic=True)[0][0])
+        row = TWIST_TABLE['table'][expected]
+        assert (received[0].linear.x, received[0].angular.z) == pytest.approx(row)
+        assert policy.rejected == 0 and policy.acted >= 3
+    finally:
+        for node in executor.get_nodes():
+            executor.remove_node(node)
+            node.destroy_node()
+        executor.shutdown()
+        context.try_shutdown()
