@@ -150,9 +150,11 @@ def test_parity_of_sim_and_ros_evaluation(policy: Path, capsys: pytest.CaptureFi
 @pytest.mark.ros
 def test_plan_policy_completes_episodes_through_calf_eval_ros(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """A plan policy (H = 4) drives the live graph: its plans cross the shim and the env executes them."""
+    """A plan policy (H = 4, from ``calf train --plan-horizon``) drives the live graph: its plans cross
+    the shim and the env executes them."""
     out = tmp_path / 'plans'
-    train_policy('cartpole', 'full_net_aware', seed=0, out_dir=out, steps=512, plan_horizon=4, progress=False)
+    assert cli.main(['train', '--plan-horizon', '4', '--steps', '512', '--quiet', '--out', str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)['steps'] == 512
     argv = ['eval', '--policy', str(out), '--network', 'wifi_normal', '--mode', 'ros', '--episodes', '3',
             '--seed', '0', '--time-scale', str(SCALE), '--json']
     assert cli.main(argv) == 0

@@ -190,3 +190,15 @@ def test_calf_eval_ros_hierarchical_reports_the_share_of_each_sub_policy(
     assert set(report['forwarded_share']) <= {'stabilise', 'recenter'}
     assert sum(report['forwarded_share'].values()) == pytest.approx(1.0, abs=1e-3)
     assert report['e2e_latency_ms']['samples'] > 0
+
+
+@pytest.mark.ros
+def test_calf_eval_ros_flat_edge_runs_without_a_shim(hierarchy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ['eval', '--policy', str(hierarchy / 'stabilise'), '--graph', 'flat_edge', '--mode', 'ros',
+            '--network', 'wifi_normal', '--episodes', '2', '--time-scale', str(SCALE), '--json']
+    assert cli.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report['graph'], report['network'], report['obs_lost'], report['actions_lost']) == \
+        ('flat_edge', 'wifi_normal', 0, 0)
+    assert 'forwarded_share' not in report
+    assert report['e2e_latency_ms']['p50'] < 34.5  # wifi_normal's median is never paid: no network on the path

@@ -88,9 +88,10 @@ class MlpAgent(nn.Module):
                                               0.01))
 
     def spec(self) -> dict[str, Any]:
-        """The constructor arguments, for checkpoints."""
-        return {'kind': self.kind, 'obs_dim': self.obs_dim, 'n_actions': self.n_actions,
-                'hidden': list(self.hidden), 'plan_horizon': self.plan_horizon, 'plan_head': self.plan_head}
+        """The constructor arguments, for checkpoints (``plan_head`` only when not the default)."""
+        spec = {'kind': self.kind, 'obs_dim': self.obs_dim, 'n_actions': self.n_actions,
+                'hidden': list(self.hidden), 'plan_horizon': self.plan_horizon}
+        return spec if self.plan_head == 'independent' else {**spec, 'plan_head': self.plan_head}
 
     def logits(self, x: Tensor) -> Tensor:
         """Actor logits ``[B, H * n_actions]``, element-major."""

@@ -61,7 +61,7 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
 
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
                  regime: str | None = None, rep: Representation | None = None, plan_horizon: int = 1,
-                 progress: bool = True, mask_unexecuted: bool = True, plan_head: str = 'time') -> TrainResult:
+                 progress: bool = True, mask_unexecuted: bool = True, plan_head: str = 'independent') -> TrainResult:
     """Train PPO on ``env`` behind ``network`` and write the checkpoint into ``out_dir``.
 
     Plan policies (``plan_horizon > 1``) learn only from executed plan elements unless

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from calf_agent.policies import LstmAgent, MlpAgent, categorical_heads
+from calf_agent.policies import LstmAgent, MlpAgent, categorical_heads, make_agent
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.seeding import seed_everything
 
@@ -215,3 +215,19 @@ def test_mark_executed_ors_lagged_rows_into_earlier_steps() -> None:
     buffer.reset()
     assert not buffer.masks.any()
     assert RolloutBuffer(2, 2, 1, action_shape=(3,)).masks.all(), 'untracked masks count every element'
+
+
+def test_time_conditioned_plan_head_scores_element_j_at_offset_j_plus_one_over_h() -> None:
+    seed_everything(0)
+    agent = MlpAgent(4, 2, hidden=(8,), plan_horizon=3, plan_head='time')
+    x = torch.randn(5, 4)
+    logits = agent.logits(x)
+    assert logits.shape == (5, 6)
+    for j in range(3):
+        expected = agent.actor(torch.cat([x, torch.full((5, 1), (j + 1) / 3)], -1))
+        torch.testing.assert_close(logits.view(5, 3, 2)[:, j], expected)
+    twin = make_agent(agent.spec())
+    twin.load_state_dict(agent.state_dict())
+    torch.testing.assert_close(twin.logits(x), logits)
+    with pytest.raises(ValueError, match='plan_head'):
+        MlpAgent(4, 2, plan_head='recurrent')

@@ -54,9 +54,9 @@ def render_static_peers(peers: Sequence[str], template: str) -> str:
 
 
 def write_static_peers(peers: Sequence[str], directory: Path | None = None) -> Path:
-    """Write the profile for ``peers`` into ``directory`` (default: a ``calf`` temp dir); its path."""
+    """Write the profile for ``peers`` into ``directory`` (default: this user's ``calf-UID`` temp dir); its path."""
     text = render_static_peers(peers, template_path().read_text(encoding='utf-8'))
-    directory = directory or Path(tempfile.gettempdir()) / 'calf'
+    directory = directory or Path(tempfile.gettempdir()) / f'calf-{os.getuid()}'
     path = directory / f'fastdds_static_peers-{hashlib.sha256(text.encode()).hexdigest()[:12]}.xml'
     if not path.is_file():
         directory.mkdir(parents=True, exist_ok=True)

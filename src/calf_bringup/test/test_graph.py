@@ -1,12 +1,16 @@
 """The graph builder: exact nodes, parameters and remappings per mode and role; command lines."""
 from __future__ import annotations
 
+import os
+import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 
 from calf_bringup import cli, cmd_run
+from calf_bringup.discovery import FASTDDS_NS, parse_peers, render_static_peers, template_path, write_static_peers
 from calf_bringup.graph import NodeSpec, build_graph, command_line, discovery_env, impair_graph, param_text
 from calf_shim.errors import ConfigError
 
@@ -67,7 +71,73 @@ def test_discovery_xml_profile_is_an_absolute_path() -> None:
     assert env['FASTDDS_DEFAULT_PROFILES_FILE'].endswith('/peers.xml')
     assert env['FASTDDS_DEFAULT_PROFILES_FILE'].startswith('/')
     assert env['FASTRTPS_DEFAULT_PROFILES_FILE'] == env['FASTDDS_DEFAULT_PROFILES_FILE']
+    assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'  # else an inherited LOCALHOST overrides it
     assert discovery_env(None) == discovery_env('') == {}
+
+
+def initial_peers(xml: str) -> list[str]:
+    """The addresses of a Fast DDS profile's initialPeersList."""
+    peers = ET.fromstring(xml).find(f'.//{{{FASTDDS_NS}}}initialPeersList')
+    assert peers is not None
+    return [address.text or '' for address in peers.iterfind(f'.//{{{FASTDDS_NS}}}address')]
+
+
+def test_discovery_peers_writes_a_static_peers_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    nodes = build_graph('edge_sim', 'all', 'wifi_normal', policy='/ckpt', discovery='peers:10.0.0.1, 10.0.0.2')
+    env = nodes[0].additional_env
+    assert [node.additional_env for node in nodes] == [env] * 3
+    assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
+    profile = Path(env['FASTDDS_DEFAULT_PROFILES_FILE'])
+    assert profile.parent == tmp_path / f'calf-{os.getuid()}' and env['FASTRTPS_DEFAULT_PROFILES_FILE'] == str(profile)
+    assert initial_peers(profile.read_text()) == ['127.0.0.1', '10.0.0.1', '10.0.0.2']
+    assert discovery_env('peers:10.0.0.1,10.0.0.2') == env  # same addresses, same file
+
+
+def test_static_peers_profile_is_the_template_with_other_peers() -> None:
+    template = template_path().read_text()
+    rendered = render_static_peers(['192.168.1.20', '127.0.0.1'], template)
+    assert initial_peers(rendered) == ['127.0.0.1', '192.168.1.20']
+    trees = [ET.fromstring(rendered), ET.fromstring(template)]
+    for tree in trees:
+        tree.find(f'.//{{{FASTDDS_NS}}}initialPeersList').clear()
+    assert ET.tostring(trees[0]) == ET.tostring(trees[1])
+
+
+def test_shipped_profile_is_udp_only_static_peers_with_example_addresses() -> None:
+    template = template_path().read_text()
+    participant = ET.fromstring(template).find(f'.//{{{FASTDDS_NS}}}participant')
+    assert participant is not None and participant.get('is_default_profile') == 'true'
+    assert participant.findtext(f'.//{{{FASTDDS_NS}}}useBuiltinTransports') == 'false'
+    assert participant.findtext(f'.//{{{FASTDDS_NS}}}userTransports/{{{FASTDDS_NS}}}transport_id') == 'calf_udpv4'
+    assert participant.find(f'.//{{{FASTDDS_NS}}}metatrafficMulticastLocatorList') is None
+    assert participant.find(f'.//{{{FASTDDS_NS}}}metatrafficUnicastLocatorList') is not None  # so no multicast
+    assert initial_peers(template) == ['127.0.0.1', '192.168.1.10', '192.168.1.20']
+
+
+def test_static_peers_file_is_named_after_its_content(tmp_path: Path) -> None:
+    first = write_static_peers(('10.0.0.1',), tmp_path)
+    assert write_static_peers(('10.0.0.1',), tmp_path) == first
+    second = write_static_peers(('10.0.0.2',), tmp_path)
+    assert second != first and sorted(tmp_path.iterdir()) == sorted([first, second])
+
+
+@pytest.mark.parametrize('text, peers', [('10.0.0.1', ('10.0.0.1',)),
+                                         (' 10.0.0.2 ,10.0.0.1,10.0.0.2,', ('10.0.0.2', '10.0.0.1'))])
+def test_parse_peers_keeps_order_without_repeats(text: str, peers: tuple[str, ...]) -> None:
+    assert parse_peers(text) == peers
+
+
+@pytest.mark.parametrize('text, message', [
+    ('', "no peer addresses in ''"),
+    (' , ', "no peer addresses in ' , '"),
+    ('10.0.0.1,pi.local', "peer 'pi.local' is not an IPv4 address"),
+    ('10.0.0.256', "peer '10.0.0.256' is not an IPv4 address"),
+])
+def test_bad_peers_raise_config_error(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        discovery_env(f'peers:{text}')
+    assert message in str(err.value)
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -77,7 +147,8 @@ def test_discovery_xml_profile_is_an_absolute_path() -> None:
     ({'mode': 'local_sim', 'network': 'wifi_normal'}, "local_sim has no network (got 'wifi_normal')"),
     ({'mode': 'sim_net', 'time_scale': 0}, 'time_scale must be > 0, got 0'),
     ({'mode': 'sim_net', 'episodes': -1}, 'episodes must be >= 0, got -1'),
-    ({'mode': 'sim_net', 'discovery': 'lan'}, "unknown discovery 'lan': choose a Fast DDS *.xml profile or one of"),
+    ({'mode': 'sim_net', 'discovery': 'lan'},
+     "unknown discovery 'lan': choose peers:IP,IP,..., a Fast DDS *.xml profile or one of"),
 ])
 def test_invalid_arguments_raise_config_error(kwargs: dict, message: str) -> None:
     kwargs = {'policy': '/ckpt', **kwargs}
