@@ -14,21 +14,22 @@ from typing import Any
 import pytest
 import torch
 from ament_index_python import get_package_prefix
-from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
+from calf_agent.policy_node import PolicyNode
+from calf_env.env_config import next_tick
+from calf_env.env_node import EnvNode
+from calf_shim.errors import ConfigError
+from calf_shim.qos import RESULTS, STREAM
+from calf_shim.timing import Verdict
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
-
-from calf_agent.checkpoint import save_checkpoint
-from calf_agent.policies import MlpAgent
-from calf_agent.policy_node import PolicyNode
-from calf_env.env_node import EnvNode, next_tick
-from calf_shim.errors import ConfigError
-from calf_shim.qos import RESULTS, STREAM
-from calf_shim.timing import Verdict
 from ros_helpers import new_context, spin_until
+
+from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 pytestmark = pytest.mark.ros
 SCALE = 4.0

@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-
 from calf_shim.errors import ConfigError
 from calf_shim.link import Link
 from calf_shim.networked_env import NetworkedEnv
