@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--env', default='cartpole', help='cartpole or minigrid')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID of every node (default: inherited)')
-    parser.add_argument('--discovery', help='localhost|subnet|off|system_default, or a Fast DDS XML profile')
+    parser.add_argument('--discovery', help='localhost|subnet|off|system_default, a Fast DDS XML profile, or peers:IP,IP,... (static peers)')
     parser.add_argument('--time-scale', type=float, default=1.0, help='run this many times faster than real time')
     parser.add_argument('--episodes', type=int, default=0, help='stop after this many episodes (0: run until Ctrl-C)')
     parser.add_argument('--graph', choices=GRAPHS, default='flat_desktop',
