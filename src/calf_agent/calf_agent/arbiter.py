@@ -160,10 +160,13 @@ class Arbiter:
     def episode(self) -> int:
         return self._obs_gate.episode
 
-    def on_observation(self, episode: int, seq: int, obs: np.ndarray) -> str:
-        """Gate on a newer observation (older ones are ignored); return the sub-policy wanted."""
-        new_episode = self._obs_gate.is_new_episode(episode)
-        if self._obs_gate.admit(episode, seq):
+    def on_observation(self, episode: int, seq: int, obs: np.ndarray, run: int = 0) -> str:
+        """Gate on a newer observation (older ones are ignored); return the sub-policy wanted.
+
+        A new ``run`` id (the env node restarted) starts a new episode, as a new episode number does.
+        """
+        new_episode = self._obs_gate.is_new_episode(episode) or run != self._obs_gate.run
+        if self._obs_gate.admit(episode, seq, run):
             if new_episode:
                 self.gate.reset()
                 self._last_forwarded = -1

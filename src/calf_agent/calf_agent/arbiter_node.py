@@ -93,7 +93,7 @@ class ArbiterNode(Node):
             self.get_logger().warning(f'rejected observation ({self.rejected} so far): {err}',
                                       throttle_duration_sec=1.0)
             return
-        self.arbiter.on_observation(obs.episode, obs.seq, obs.obs)
+        self.arbiter.on_observation(obs.episode, obs.seq, obs.obs, obs.run)
         self._log_silence(self._now_s())
 
     def _on_candidate(self, msg: Action) -> None:

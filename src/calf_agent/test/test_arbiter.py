@@ -108,6 +108,9 @@ def test_episodes_and_unknown_sources() -> None:
     assert arbiter.on_action('planner', 1, 1, 0.03).reason is Reason.UNKNOWN_SOURCE
     arbiter.on_observation(0, 7, OFF)  # an observation of an older episode does not gate
     assert arbiter.wanted == 'recenter' and arbiter.episode == 1
+    arbiter.on_observation(0, 0, OFF, run=7)  # the env node restarted: its episode 0 is new
+    assert arbiter.wanted == 'stabilise' and arbiter.episode == 0
+    assert arbiter.on_action('stabilise', 0, 0, 0.04).forward  # nothing forwarded yet in this episode
 
 
 def view(cells: dict[tuple[int, int], tuple[int, int, int]]) -> np.ndarray:

@@ -95,51 +95,59 @@ def _evaluate(job: tuple[str, Path, str, int, int]) -> dict[str, Any]:
 
 def run_graph_table(spec: GraphTable, seeds: int, episodes: int, out: Path, workers: int | None = None,
                     steps: int | None = None) -> dict[str, Any]:
-    """Train every seed, evaluate every graph in virtual time, and seed 0 over DDS; return the result."""
+    """Train every seed, evaluate every graph in virtual time, and seed 0 over DDS; return the result.
+
+    Ablation rows evaluate each sub-policy of the hierarchy alone, where it runs (virtual time only).
+    """
+    from calf_agent.hierarchy import load_hierarchy
     steps = steps or spec.steps
     cache = out / 'graph_cache'
     cache.mkdir(parents=True, exist_ok=True)
     jobs = [(kind, spec, seed, steps, cache) for seed in range(seeds) for kind in ('flat', 'hierarchy')]
     with ProcessPoolExecutor(workers, initializer=_one_thread) as pool:
         trained = dict(zip([(kind, seed) for kind, _, seed, _, _ in jobs], pool.map(_train, jobs)))
-        policy = {(graph, seed): trained['hierarchy' if graph == 'hierarchical' else 'flat', seed]
-                  for graph in GRAPH_ROWS.values() for seed in range(seeds)}
-        evals = [(graph, path, spec.network, episodes, seed) for (graph, seed), path in policy.items()]
-        reports = dict(zip(policy, pool.map(_evaluate, evals)))
-    live = _live(spec, policy, max(2, episodes // 5))
-    rows = {row: _row(graph, seeds, reports, live[graph]) for row, graph in GRAPH_ROWS.items()}
+        evals = {(row, seed): (graph, trained['hierarchy' if graph == 'hierarchical' else 'flat', seed], spec.network,
+                               episodes, seed) for row, graph in GRAPH_ROWS.items() for seed in range(seeds)}
+        for sub in load_hierarchy(trained['hierarchy', 0]).subpolicies:
+            graph = 'flat_edge' if sub.placement == 'edge' else 'flat_desktop'
+            evals.update({(f'{sub.name} alone ({sub.placement}, ablation)', seed): (
+                graph, load_hierarchy(trained['hierarchy', seed]).checkpoint(sub), spec.network, episodes, seed)
+                for seed in range(seeds)})
+        reports = dict(zip(evals, pool.map(_evaluate, evals.values())))
+    live = _live(spec, {graph: evals[row, 0][1] for row, graph in GRAPH_ROWS.items()}, max(2, episodes // 5))
+    rows = {row: _row([reports[row, seed] for seed in range(seeds)], live.get(GRAPH_ROWS.get(row)))
+            for row in dict.fromkeys(row for row, _ in evals)}
     return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'network': spec.network,
             'regime': spec.regime, 'seeds': seeds, 'episodes': episodes, 'steps': steps,
             'live_episodes': live['flat_desktop']['episodes'], 'rows': rows, 'paper': spec.paper,
             'goal': _goal(rows)}
 
 
-def _live(spec: GraphTable, policy: dict[tuple[str, int], Path], episodes: int) -> dict[str, dict[str, Any]]:
+def _live(spec: GraphTable, policy: dict[str, Path], episodes: int) -> dict[str, dict[str, Any]]:
     """Each graph of seed 0 through the live node graph at time scale 1."""
     from calf_bringup.ros_eval import evaluate_ros
     reports = {}
-    for graph in GRAPH_ROWS.values():
+    for graph, path in policy.items():
         print(f'{spec.name}: {graph} through the live graph, {episodes} episodes under {spec.network}')
-        reports[graph] = evaluate_ros(policy[graph, 0], spec.network, episodes, seed=0, time_scale=1.0, graph=graph)
+        reports[graph] = evaluate_ros(path, spec.network, episodes, seed=0, time_scale=1.0, graph=graph)
     return reports
 
 
-def _row(graph: str, seeds: int, reports: dict[tuple[str, int], dict[str, Any]],
-         live: dict[str, Any]) -> dict[str, Any]:
-    per_seed = [reports[graph, seed] for seed in range(seeds)]
+def _row(per_seed: list[dict[str, Any]], live: dict[str, Any] | None) -> dict[str, Any]:
+    """One row: virtual-time metrics across seeds, and the live run's (None for ablations)."""
     success = [100.0 * r['success_rate'] for r in per_seed]
     returns = [r['mean_return'] for r in per_seed]
-    row = {'graph': graph, 'success_per_seed': success, 'return_per_seed': returns,
+    row = {'graph': per_seed[0]['graph'], 'success_per_seed': success, 'return_per_seed': returns,
            'success': _mean_std(success), 'return': _mean_std(returns),
            'e2e_p50_ms': float(np.median([r['e2e_latency_ms']['p50'] for r in per_seed])),
-           'e2e_p95_ms': float(np.median([r['e2e_latency_ms']['p95'] for r in per_seed])),
-           'live': {'success': 100.0 * live['success_rate'], 'return': live['mean_return'],
-                    'e2e_p50_ms': live['e2e_latency_ms']['p50'], 'e2e_p95_ms': live['e2e_latency_ms']['p95'],
-                    'episodes': live['episodes']}}
-    if graph == 'hierarchical':
-        row['forwarded_share'] = {name: float(np.mean([r['forwarded_share'][name] for r in per_seed]))
+           'e2e_p95_ms': float(np.median([r['e2e_latency_ms']['p95'] for r in per_seed])), 'live': None}
+    if 'forwarded_share' in per_seed[0]:
+        row['forwarded_share'] = {name: round(float(np.mean([r['forwarded_share'][name] for r in per_seed])), 3)
                                   for name in per_seed[0]['forwarded_share']}
-        row['live']['forwarded_share'] = live['forwarded_share']
+    if live is not None:
+        row['live'] = {'success': 100.0 * live['success_rate'], 'return': live['mean_return'],
+                       'e2e_p50_ms': live['e2e_latency_ms']['p50'], 'e2e_p95_ms': live['e2e_latency_ms']['p95'],
+                       'episodes': live['episodes'], **{k: live[k] for k in ('forwarded_share',) if k in live}}
     return row
 
 
@@ -163,16 +171,27 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [header, '|---' * 8 + '|']
     for name, row in result['rows'].items():
         live = row['live']
+        live_cells = (f'{live["success"]:.0f} | {live["return"]:.0f} | {_ms(live["e2e_p50_ms"])} / '
+                      f'{_ms(live["e2e_p95_ms"])}') if live else '— | — | —'
         lines.append(
             f'| {name} | {row["success"]["mean"]:.0f} ± {row["success"]["std"]:.0f} | '
             f'{row["return"]["mean"]:.0f} ± {row["return"]["std"]:.0f} | {row["e2e_p50_ms"]:.1f} / '
-            f'{row["e2e_p95_ms"]:.1f} | {live["success"]:.0f} | {live["return"]:.0f} | '
-            f'{_ms(live["e2e_p50_ms"])} / {_ms(live["e2e_p95_ms"])} | {result["paper"].get(name, "—")} |')
+            f'{row["e2e_p95_ms"]:.1f} | {live_cells} | {result["paper"].get(name, "—")} |')
     return '\n'.join(lines)
 
 
 def _ms(value: float | None) -> str:
     return '-' if value is None else f'{value:.1f}'
+
+
+def _shares(shares: dict[str, float]) -> str:
+    return ', '.join(f'{name} {100 * share:.0f} %' for name, share in shares.items())
+
+
+def _verdict(goal: dict[str, dict[str, bool]]) -> str:
+    return '; '.join(f'{metric}: hierarchical ≥ Flat (Desktop) {"yes" if g["at_least_flat_desktop"] else "NO"}, '
+                     f'within 5 % of Flat (Edge) {"yes" if g["within_5pct_of_flat_edge"] else "NO"}'
+                     for metric, g in goal.items())
 
 
 def write_graph_table(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
@@ -190,8 +209,10 @@ def write_graph_table(result: dict[str, Any], out: Path, command: str, started: 
         f'{result["live_episodes"]} episodes each through the node graph over DDS at time scale 1. Every '
         f'configuration is evaluated under `{result["network"]}`; Flat (Edge) sends nothing across it. The flat '
         f'policy trains {result["steps"]} PPO steps under the `{result["regime"]}` regime; the hierarchy the same '
-        f'total, split evenly across its sub-policies (edge ones under `sim_clean`).\n\n'
-        f'Share of the env\'s actions per sub-policy (hierarchical): {hier["forwarded_share"]} in virtual time, '
-        f'{hier["live"]["forwarded_share"]} live.\n\nGoal (virtual-time success): {result["goal"]}\n\n'
+        f'total, split evenly across its sub-policies (edge ones under `sim_clean`). Ablation rows run one '
+        f'sub-policy alone on the whole task, where it is placed.\n\n'
+        f'Share of the env\'s actions per sub-policy (hierarchical): {_shares(hier["forwarded_share"])} in virtual '
+        f'time; {_shares(hier["live"]["forwarded_share"])} live.\n\n'
+        f'Goal (virtual time): {_verdict(result["goal"])}.\n\n'
         f'Command: `{result["command"]}` ({result["run_time_s"]:.0f} s)\n')
     return [json_path, md_path]

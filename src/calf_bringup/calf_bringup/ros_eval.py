@@ -119,9 +119,13 @@ def evaluation_timeout_s(env: str, episodes: int, time_scale: float) -> float:
 
 
 def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int, time_scale: float = 1.0,
-                 output: TextIO | None = None, graph: str = 'flat_desktop') -> dict[str, Any]:
+                 output: TextIO | None = None, graph: str = 'flat_desktop', keep_samples: bool = False,
+                 domain_id: int | None = None) -> dict[str, Any]:
     """Run ``episodes`` episodes of the checkpoint through env node -> shim(``network``) -> policy node
-    (or the nodes ``graph`` places)."""
+    (or the nodes ``graph`` places).
+
+    The graph runs in ``domain_id``, by default one derived from this process's id, so that two
+    evaluations on one machine do not hear each other."""
     if episodes < 1:
         raise ConfigError(f'--episodes must be >= 1, got {episodes}')
     profile = load_profile(network)
@@ -132,14 +136,15 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
              else spec for spec in build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env,
                                                seed=seed, time_scale=time_scale, graph=graph)]
     with_shim = any(spec.name == 'shim' for spec in specs)
+    domain = domain_id if domain_id is not None else 1 + os.getpid() % 100
     context = rclpy.Context()
-    rclpy.init(context=context)
+    rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node(f'calf_eval_{os.getpid()}', namespace=NAMESPACE, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
         listener = _Listener(node, sources)
-        with Graph(specs, output=output) as nodes:
+        with Graph(specs, domain_id=domain, output=output) as nodes:
             spin = partial(_spin, executor, nodes)
             spin(lambda: listener.first_live() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
             counted = range(listener.first_live() + 1, listener.first_live() + 1 + episodes)
@@ -155,7 +160,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         log.obs_lost, log.actions_lost = (after[d] - before[d] for d in DIRECTIONS)
         extra = {'forwarded_share': listener.shares({listener.results[seq].episode for seq in counted})} \
             if sources else {}
-        return log.report('ros', profile.name, time_scale=time_scale, policy=str(policy_dir), seed=seed, graph=graph,
+        return log.report('ros', profile.name, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed, graph=graph,
                           **extra)
     finally:
         executor.shutdown()
