@@ -14,27 +14,14 @@ publishes velocity commands. The robot driver keeps subscribing to ``/cmd_vel``.
 appear on ``/calf/shim/link_stats``. ``calf run impair --config FILE`` starts the same node where the
 launch system is not installed.
 """
+
 from __future__ import annotations
 
-from launch import LaunchContext, LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from calf_bringup.graph import IMPAIR_LAUNCH_ARGUMENTS, impair_from_launch
+from calf_bringup.launch_support import launch_description
 
-from calf_bringup.graph import IMPAIR_LAUNCH_ARGUMENTS, impair_graph
-
-
-def _graph(context: LaunchContext) -> list:
-    """The generic shim for the given config, after ROS_DOMAIN_ID when one is given."""
-    value = {name: LaunchConfiguration(name).perform(context) for name, _, _ in IMPAIR_LAUNCH_ARGUMENTS}
-    specs = impair_graph(value['config'], int(value['seed']), float(value['time_scale']), value['discovery'] or None)
-    actions: list = [SetEnvironmentVariable('ROS_DOMAIN_ID', value['domain_id'])] if value['domain_id'] else []
-    return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
-                           namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
-                           additional_env=spec.additional_env, output='screen') for spec in specs]
+from launch import LaunchDescription
 
 
 def generate_launch_description() -> LaunchDescription:
-    arguments = [DeclareLaunchArgument(name, default_value=default, description=text)
-                 for name, default, text in IMPAIR_LAUNCH_ARGUMENTS]
-    return LaunchDescription([*arguments, OpaqueFunction(function=_graph)])
+    return launch_description(IMPAIR_LAUNCH_ARGUMENTS, impair_from_launch)

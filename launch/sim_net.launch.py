@@ -5,31 +5,16 @@
 The graph is described once, in ``calf_bringup.graph``; ``calf run sim_net`` starts the same nodes
 where the launch system is not installed.
 """
+
 from __future__ import annotations
 
-from launch import LaunchContext, LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from calf_bringup.graph import LAUNCH_ARGUMENTS, graph_from_launch
+from calf_bringup.launch_support import launch_description
 
-from calf_bringup.graph import LAUNCH_ARGUMENTS, build_graph
+from launch import LaunchDescription
 
 MODE = 'sim_net'
 
 
-def _graph(context: LaunchContext) -> list:
-    """The nodes of MODE for the given arguments, after ROS_DOMAIN_ID when one is given."""
-    value = {name: LaunchConfiguration(name).perform(context) for name, _, _ in LAUNCH_ARGUMENTS}
-    specs = build_graph(MODE, value['role'], value['network'], value['policy'] or None, value['env'],
-                        int(value['seed']), float(value['time_scale']), int(value['episodes']),
-                        value['discovery'] or None, graph=value['graph'])
-    actions: list = [SetEnvironmentVariable('ROS_DOMAIN_ID', value['domain_id'])] if value['domain_id'] else []
-    return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
-                           namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
-                           additional_env=spec.additional_env, output='screen') for spec in specs]
-
-
 def generate_launch_description() -> LaunchDescription:
-    arguments = [DeclareLaunchArgument(name, default_value=default, description=text)
-                 for name, default, text in LAUNCH_ARGUMENTS]
-    return LaunchDescription([*arguments, OpaqueFunction(function=_graph)])
+    return launch_description(LAUNCH_ARGUMENTS, lambda values: graph_from_launch(MODE, values))

@@ -90,6 +90,7 @@ def _reset_state(state: Any, rows: np.ndarray) -> Any:
     if state is None or not rows.any():
         return state
     index = np.flatnonzero(rows)
+    state = tuple(tensor.clone() for tensor in state)  # act() returns inference tensors, read-only outside it
     for tensor in state:
         tensor[:, index] = 0.0
     return state

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.evaluate import evaluate_sim
 from calf_agent.graph_sim import evaluate_graph_sim, evaluate_hierarchy_sim
 from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hierarchy
 from calf_agent.hierarchy_train import train_hierarchy
-from calf_agent.policies import MlpAgent
+from calf_agent.policies import LstmAgent, MlpAgent
 from calf_shim.errors import ConfigError
 from calf_shim.profiles import load_profile
 
@@ -75,3 +76,11 @@ def test_evaluation_is_reproducible_and_flat_edge_has_no_network(tmp_path: Path)
     assert (flat['graph'], flat['network'], flat['e2e_latency_ms']['p95']) == ('flat_edge', 'wifi_normal', 0.0)
     with pytest.raises(ConfigError, match="unknown graph 'tree'"):
         evaluate_graph_sim('tree', root, load_profile('wifi_normal'), 1, seed=0)
+
+
+def test_recurrent_policies_start_later_episodes_in_a_batch_slot(tmp_path: Path) -> None:
+    """evaluate_sim zeroes a slot's LSTM state between episodes (the state comes from inference mode)."""
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path, LstmAgent(147, 7, (16,), lstm_size=8), {'env': 'minigrid'})
+    report = evaluate_sim(tmp_path, load_profile('sim_clean'), episodes=2, seed=0, batch=1)
+    assert report['episodes'] == 2

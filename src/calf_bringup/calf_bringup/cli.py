@@ -7,8 +7,16 @@ from typing import Sequence
 
 from calf_shim.errors import CalfError
 
-from calf_bringup import (cmd_demo, cmd_eval, cmd_experiment, cmd_profile, cmd_run, cmd_trace, cmd_train,
-                          cmd_train_hierarchy)
+from calf_bringup import (
+    cmd_demo,
+    cmd_eval,
+    cmd_experiment,
+    cmd_profile,
+    cmd_run,
+    cmd_trace,
+    cmd_train,
+    cmd_train_hierarchy,
+)
 
 COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace)
 

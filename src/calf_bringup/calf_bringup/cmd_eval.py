@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.mode == 'ros':
-        from calf_bringup.ros_eval import evaluate_ros  # imports rclpy: only when the graph is wanted
+        from calf_bringup.ros_eval import (
+            evaluate_ros,  # imports rclpy: only when the graph is wanted
+        )
 
         report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
                               graph=args.graph)

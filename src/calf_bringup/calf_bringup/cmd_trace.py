@@ -11,11 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from calf_shim.bags import Storage, import_bag, read_trace_bag, recover_bag, write_trace_bag
+from calf_shim.bags import (
+    Storage,
+    import_bag,
+    read_trace_bag,
+    recover_bag,
+    write_trace_bag,
+)
 from calf_shim.profiles import load_profile
-from calf_shim.traces import (STALL_MS, fit_profile_dict, plot_trace, replay_profile_dict, synth_trace,
-                              trace_stats)
+from calf_shim.traces import (
+    STALL_MS,
+    fit_profile_dict,
+    plot_trace,
+    replay_profile_dict,
+    synth_trace,
+    trace_stats,
+)
 
 STORAGES = [s.value for s in Storage]
 

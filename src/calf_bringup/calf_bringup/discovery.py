@@ -15,7 +15,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Sequence
 
-from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+from ament_index_python.packages import (
+    PackageNotFoundError,
+    get_package_share_directory,
+)
 from calf_shim.errors import ConfigError
 
 PEERS_PREFIX = 'peers:'

@@ -132,7 +132,11 @@ def collect(spec: TableSpec, trains: list[TrainJob], evals: list[EvalJob],
 
 def write_outputs(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
     """CSV, Markdown, JSON and a Figure-3-style PNG for one table."""
-    from calf_bringup.experiment_report import write_bar_chart, write_csv, write_markdown
+    from calf_bringup.experiment_report import (
+        write_bar_chart,
+        write_csv,
+        write_markdown,
+    )
     result = {**result, 'command': command, 'run_time_s': round(time.time() - started, 1),
               'versions': _versions()}
     name = result['table']

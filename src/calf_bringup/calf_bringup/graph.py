@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
-
 from calf_agent.hierarchy import GRAPHS, load_hierarchy
 from calf_shim.errors import ConfigError
 from calf_shim.topic_relay_config import load_relay_config
@@ -103,6 +102,25 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
     if role == 'all' or POLICY_ROLE.get(graph, role) == role:
         nodes += _policy_nodes(graph, policy, env, with_shim, float(time_scale), extra_env)
     return [node for node in nodes if role in ('all', node.role)]
+
+
+def graph_from_launch(mode: str, values: dict[str, str]) -> list[NodeSpec]:
+    """``build_graph`` for launch-argument strings (``LAUNCH_ARGUMENTS``), as the launch files pass them."""
+    try:
+        seed, time_scale, episodes = int(values['seed']), float(values['time_scale']), int(values['episodes'])
+    except ValueError as err:
+        raise ConfigError(f'bad launch argument: {err}') from None
+    return build_graph(mode, values['role'], values['network'], values['policy'] or None, values['env'], seed,
+                       time_scale, episodes, values['discovery'] or None, graph=values['graph'])
+
+
+def impair_from_launch(values: dict[str, str]) -> list[NodeSpec]:
+    """``impair_graph`` for the strings of ``IMPAIR_LAUNCH_ARGUMENTS``."""
+    try:
+        seed, time_scale = int(values['seed']), float(values['time_scale'])
+    except ValueError as err:
+        raise ConfigError(f'bad launch argument: {err}') from None
+    return impair_graph(values['config'], seed, time_scale, values['discovery'] or None)
 
 
 IMPAIR_LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (

@@ -30,10 +30,6 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 import rclpy
-from calf_msgs.msg import Action, EpisodeResult, LinkStats
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import EpisodeLog
 from calf_agent.hierarchy import load_hierarchy
@@ -41,9 +37,12 @@ from calf_env.envs import env_spec, make_env
 from calf_shim.errors import CalfError, ConfigError
 from calf_shim.profiles import load_profile
 from calf_shim.qos import RESULTS, STREAM
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
 
 from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
 from calf_bringup.runner import Graph
+from calf_msgs.msg import Action, EpisodeResult, LinkStats
 
 RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
 SHIM_STATS_TOPIC = f'{NAMESPACE}/shim/link_stats'

@@ -11,7 +11,12 @@ from calf_shim.profiles import load_profile, sample_e2e
 
 from calf_bringup.experiment import TrainJob, _versions, run_train
 from calf_bringup.experiment_report import write_latency_cdf
-from calf_bringup.experiment_specs import REGIME_ROWS, TABLE9_PAPER, TABLE9_PROFILES, TABLES
+from calf_bringup.experiment_specs import (
+    REGIME_ROWS,
+    TABLE9_PAPER,
+    TABLE9_PROFILES,
+    TABLES,
+)
 from calf_bringup.ros_eval import evaluate_ros
 
 

@@ -8,11 +8,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from calf_bringup.discovery import (
+    FASTDDS_NS,
+    parse_peers,
+    render_static_peers,
+    template_path,
+    write_static_peers,
+)
+from calf_bringup.graph import (
+    NodeSpec,
+    build_graph,
+    command_line,
+    discovery_env,
+    impair_graph,
+    param_text,
+)
+from calf_shim.errors import ConfigError
 
 from calf_bringup import cli, cmd_run
-from calf_bringup.discovery import FASTDDS_NS, parse_peers, render_static_peers, template_path, write_static_peers
-from calf_bringup.graph import NodeSpec, build_graph, command_line, discovery_env, impair_graph, param_text
-from calf_shim.errors import ConfigError
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
               ('episode_result', '/calf/edge/episode_result'), ('link_stats', '/calf/edge/link_stats')]

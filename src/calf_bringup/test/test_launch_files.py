@@ -11,8 +11,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from calf_bringup.graph import IMPAIR_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS, MODES
+from calf_bringup.graph import (
+    IMPAIR_LAUNCH_ARGUMENTS,
+    LAUNCH_ARGUMENTS,
+    MODES,
+    build_graph,
+    graph_from_launch,
+)
+from calf_shim.errors import ConfigError
 
 LAUNCH_DIR = Path(__file__).resolve().parents[3] / 'launch'
 FILES = {mode: LAUNCH_DIR / f'{mode}.launch.py' for mode in MODES}
@@ -31,13 +37,22 @@ def _mode_constant(tree: ast.Module) -> str | None:
 
 
 @pytest.mark.parametrize('mode', MODES)
-def test_launch_file_calls_build_graph_with_its_mode(mode: str) -> None:
+def test_launch_file_builds_its_modes_graph(mode: str) -> None:
     tree = ast.parse(FILES[mode].read_text(), filename=str(FILES[mode]))
     assert _mode_constant(tree) == mode
-    calls = _calls(tree, 'build_graph')
+    calls = _calls(tree, 'graph_from_launch')
     assert len(calls) == 1 and isinstance(calls[0].args[0], ast.Name) and calls[0].args[0].id == 'MODE'
     assert [fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)][-1] == 'generate_launch_description'
-    assert _calls(tree, 'OpaqueFunction') and _calls(tree, 'SetEnvironmentVariable') and _calls(tree, 'Node')
+    assert _calls(tree, 'launch_description')
+
+
+def test_launch_values_become_the_same_graph_as_calf_run() -> None:
+    values = {name: default for name, default, _ in LAUNCH_ARGUMENTS}
+    values.update(policy='/ckpt', network='wifi_normal', seed='3', time_scale='2', episodes='5')
+    assert graph_from_launch('sim_net', values) == build_graph('sim_net', 'all', 'wifi_normal', '/ckpt', 'cartpole', 3,
+                                                               2.0, 5)
+    with pytest.raises(ConfigError, match='bad launch argument'):
+        graph_from_launch('sim_net', {**values, 'seed': 'x'})
 
 
 def test_launch_arguments_cover_the_issue_contract() -> None:
@@ -48,8 +63,9 @@ def test_launch_arguments_cover_the_issue_contract() -> None:
 def _skip_without_launch() -> None:
     """Skip unless the real launch API imports (the repo's own launch/ directory is no such package)."""
     try:
-        from launch import LaunchDescription  # noqa: F401
         from launch_ros.actions import Node  # noqa: F401
+
+        from launch import LaunchDescription  # noqa: F401
     except ImportError:
         pytest.skip('launch / launch_ros are not installed: they have no PyPI wheel and need a ROS 2 install')
 
@@ -67,10 +83,15 @@ def _load(path: Path) -> ModuleType:
                                             ('edge_sim', ['env_node', 'policy_node'])])
 def test_generate_launch_description_yields_the_nodes(mode: str, expected: list[str]) -> None:
     _skip_without_launch()
-    from launch import LaunchContext
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+    from launch.actions import (
+        DeclareLaunchArgument,
+        OpaqueFunction,
+        SetEnvironmentVariable,
+    )
     from launch.utilities import perform_substitutions
     from launch_ros.actions import Node
+
+    from launch import LaunchContext
 
     description = _load(FILES[mode]).generate_launch_description()
     context = LaunchContext()
@@ -86,22 +107,23 @@ def test_generate_launch_description_yields_the_nodes(mode: str, expected: list[
     assert [node.node_executable for node in nodes] == expected
 
 
-def test_impair_launch_file_calls_impair_graph_with_its_arguments() -> None:
+def test_impair_launch_file_builds_the_generic_shim_from_its_arguments() -> None:
     path = LAUNCH_DIR / 'impair.launch.py'
     tree = ast.parse(path.read_text(), filename=str(path))
-    assert len(_calls(tree, 'impair_graph')) == 1 and not _calls(tree, 'build_graph')
+    assert _calls(tree, 'launch_description') and not _calls(tree, 'graph_from_launch')
+    assert 'impair_from_launch' in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert [fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)][-1] == 'generate_launch_description'
-    assert _calls(tree, 'OpaqueFunction') and _calls(tree, 'SetEnvironmentVariable') and _calls(tree, 'Node')
     assert [name for name, _, _ in IMPAIR_LAUNCH_ARGUMENTS] == ['config', 'seed', 'time_scale', 'domain_id',
                                                                 'discovery']
 
 
 def test_impair_launch_description_yields_the_generic_shim() -> None:
     _skip_without_launch()
-    from launch import LaunchContext
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
     from launch.utilities import perform_substitutions
     from launch_ros.actions import Node
+
+    from launch import LaunchContext
 
     description = _load(LAUNCH_DIR / 'impair.launch.py').generate_launch_description()
     context = LaunchContext()
