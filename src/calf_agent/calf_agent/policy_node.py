@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from calf_shim.conversions import msg_to_obs, plan_to_msg
 from calf_shim.errors import ConfigError, MessageError
 from calf_shim.node_main import run_node
@@ -88,6 +89,7 @@ class PolicyNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
+    torch.set_num_threads(1)  # more threads do not speed up a small policy; they spin on cores other nodes need
     return run_node('policy_node', PolicyNode, args)
 
 
