@@ -23,3 +23,13 @@ def new_context() -> Context:
     context = Context()
     rclpy.init(context=context)
     return context
+
+
+def shut_down(executor: SingleThreadedExecutor, context: Context, *nodes: object) -> None:
+    """Remove and destroy ``nodes`` (``None`` entries are skipped), then stop the executor and context."""
+    for node in nodes:
+        if node is not None:
+            executor.remove_node(node)
+            node.destroy_node()
+    executor.shutdown()
+    context.try_shutdown()

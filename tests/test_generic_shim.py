@@ -28,7 +28,7 @@ from std_msgs.msg import String
 
 from calf_shim.generic_shim_node import GenericShimNode
 from calf_shim.qos import RESULTS
-from ros_helpers import new_context, spin_until
+from ros_helpers import new_context, shut_down, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -132,12 +132,7 @@ class Harness:
         return sent
 
     def close(self) -> None:
-        for node in (self.shim, self.node):
-            if node is not None:
-                self.executor.remove_node(node)
-                node.destroy_node()
-        self.executor.shutdown()
-        self.context.try_shutdown()
+        shut_down(self.executor, self.context, self.shim, self.node)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from calf_shim.conversions import time_msg, time_ns
 from calf_shim.qos import RESULTS
 from calf_shim.profiles import available_profiles
 from calf_shim.shim_node import ShimNode
-from ros_helpers import new_context, spin_until
+from ros_helpers import new_context, shut_down, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -126,12 +126,7 @@ class Graph:
         return Client(self.client_node, self.executor, direction)
 
     def close(self) -> None:
-        for node in (self.shim, self.client_node):
-            if node is not None:
-                self.executor.remove_node(node)
-                node.destroy_node()
-        self.executor.shutdown()
-        self.context.try_shutdown()
+        shut_down(self.executor, self.context, self.shim, self.client_node)
 
 
 @pytest.fixture
