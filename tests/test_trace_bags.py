@@ -10,20 +10,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rosbags.rosbag2 import StoragePlugin, Writer
-
-from calf_shim.bags import (TRACE_TOPIC, TRACE_TYPE, TraceBagWriter, import_bag,
-                            read_trace_bag, recover_bag, typestore, write_trace_bag)
+from calf_shim.bags import (
+    TRACE_TOPIC,
+    TRACE_TYPE,
+    TraceBagWriter,
+    import_bag,
+    read_trace_bag,
+    recover_bag,
+    typestore,
+    write_trace_bag,
+)
 from calf_shim.conversions import time_msg
 from calf_shim.errors import TraceError
 from calf_shim.profiles import load_profile
 from calf_shim.traces import Sample, resolve_network, synth_trace
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
 from ros_helpers import new_context, spin_until
+from rosbags.rosbag2 import StoragePlugin, Writer
 
 CALF = [sys.executable, '-m', 'calf_bringup.cli']
 
@@ -254,8 +262,9 @@ def _record_and_publish(tmp_path: Path, extra: list[str], live: tuple) -> tuple[
     20 observations: those with seq % 5 == 3 never reach the desktop side, and the actions for
     seq % 4 == 1 never reach the edge. Returns once the recorder has published all their samples,
     with every sample published and the steady-clock time the 20 began (the recorder's clock)."""
-    from calf_msgs.msg import Action, Observation, TraceSample
     from calf_shim.qos import RESULTS
+
+    from calf_msgs.msg import Action, Observation, TraceSample
 
     started, context = live
     namespace = f'/calf_trace_test_{os.getpid()}'
@@ -278,12 +287,27 @@ def _record_and_publish(tmp_path: Path, extra: list[str], live: tuple) -> tuple[
         if spin_until(executor, delivered_both_ways, timeout_s=0.05):
             break
     assert delivered_both_ways(), 'the recorder did not come up'
+    # The last warm-up messages may still be in the recorder's queue: wait until their samples are out
+    # (the loss timeout is 0.5 s), so that none of them is stamped after start_ns.
+    assert spin_until(executor, _quiet_for(got, 1.0), timeout_s=15.0), 'warm-up samples kept coming'
     start_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: the recorder's steady clock on this host
     for seq in range(20):
         _publish_round(pubs, episode=0, seq=seq, obs_lost=seq % 5 == 3, action_lost=seq % 4 == 1)
     assert spin_until(executor, lambda: sum(m.sent_ns >= start_ns for m in got) >= 36, timeout_s=20.0), \
         f'{len(got)} samples published'
     return recorder, got, start_ns, node
+
+
+def _quiet_for(samples: list, quiet_s: float) -> Callable[[], bool]:
+    """A condition that holds once ``samples`` has not grown for ``quiet_s`` seconds."""
+    last = {'count': -1, 'since': time.monotonic()}
+
+    def quiet() -> bool:
+        if len(samples) != last['count']:
+            last['count'], last['since'] = len(samples), time.monotonic()
+        return time.monotonic() - last['since'] >= quiet_s
+
+    return quiet
 
 
 def _check_fates(trace, start_ns: int) -> None:
@@ -334,11 +358,11 @@ def _readable(bag: Path) -> int:
 @pytest.mark.ros
 def test_recorder_measures_the_shim(tmp_path, live):
     """The real shim (in process) under delay_only: the recorder sees about 25 ms each way, no loss."""
-    from calf_msgs.msg import Action, Observation, TraceSample
-    from rclpy.parameter import Parameter
-
     from calf_shim.qos import RESULTS, STREAM
     from calf_shim.shim_node import ShimNode
+    from rclpy.parameter import Parameter
+
+    from calf_msgs.msg import Action, Observation, TraceSample
 
     started, context = live
     namespace = f'/calf_trace_shim_{os.getpid()}'
