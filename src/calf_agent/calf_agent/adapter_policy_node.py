@@ -12,16 +12,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterException
+from calf_shim.errors import ConfigError, MessageError
+from calf_shim.node_main import run_node
+from calf_shim.node_params import declare_parameters
+from calf_shim.qos import QosConfig
+from calf_shim.topic_relay_config import resolve_type
 from rclpy.node import Node
 
 from calf_agent.adapters import AdapterConfig, load_adapter_config, set_fields
 from calf_agent.policy_runner import PolicyRunner
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.node_main import run_node
-from calf_shim.qos import QosConfig
-from calf_shim.topic_relay_config import resolve_type
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'policy': ('', 'checkpoint directory (policy.safetensors and meta.json), as written by calf train'),
@@ -39,11 +38,7 @@ class AdapterNodeConfig:
     @classmethod
     def from_node(cls, node: Node) -> AdapterNodeConfig:
         """Declare every parameter on ``node``, read them once, load the adapter file."""
-        try:
-            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
-                description=text, read_only=True)).value for name, (default, text) in PARAMETERS.items()}
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
+        p = declare_parameters(node, PARAMETERS)
         for name in ('policy', 'adapter'):
             if not p[name]:
                 raise ConfigError(f'no {name} given: pass --ros-args -p policy:=CHECKPOINT_DIR -p adapter:=FILE.yaml')

@@ -13,19 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from calf_msgs.msg import Action, Observation
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.clock import Clock, ClockType
-from rclpy.exceptions import ParameterException
-from rclpy.node import Node
-
-from calf_agent.arbiter import Reason, make_arbiter
-from calf_agent.hierarchy import Hierarchy, load_hierarchy
 from calf_env.envs import make_env
 from calf_shim.conversions import msg_to_obs
 from calf_shim.errors import ConfigError, MessageError
 from calf_shim.node_main import run_node
+from calf_shim.node_params import declare_parameters, positive_number
 from calf_shim.qos import STREAM, QosConfig
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+
+from calf_agent.arbiter import Reason, make_arbiter
+from calf_agent.hierarchy import Hierarchy, load_hierarchy
+from calf_msgs.msg import Action, Observation
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'hierarchy': ('', 'directory written by calf train-hierarchy (hierarchy.json: sub-policies, gating, timeout)'),
@@ -50,20 +49,12 @@ class ArbiterNodeConfig:
     @classmethod
     def from_node(cls, node: Node) -> ArbiterNodeConfig:
         """Declare every parameter on ``node``, read them once and validate them."""
-        try:
-            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
-                description=text, read_only=True, dynamic_typing=name == 'time_scale')).value
-                for name, (default, text) in PARAMETERS.items()}
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
+        p = declare_parameters(node, PARAMETERS, dynamic=('time_scale',))
         if not p['hierarchy']:
             raise ConfigError('no hierarchy given: pass --ros-args -p hierarchy:=DIR (from calf train-hierarchy)')
-        if isinstance(p['time_scale'], bool) or not isinstance(p['time_scale'], (int, float)) \
-                or not p['time_scale'] > 0:
-            raise ConfigError(f'time_scale must be a number > 0, got {p["time_scale"]!r}')
         qos = QosConfig(p['qos_reliability'], p['qos_durability'], p['qos_depth'])
         qos.profile()
-        return cls(load_hierarchy(p['hierarchy']), float(p['time_scale']), qos)
+        return cls(load_hierarchy(p['hierarchy']), positive_number('time_scale', p['time_scale']), qos)
 
 
 class ArbiterNode(Node):

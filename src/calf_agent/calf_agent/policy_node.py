@@ -14,10 +14,9 @@ import torch
 from calf_shim.conversions import msg_to_obs, plan_to_msg
 from calf_shim.errors import ConfigError, MessageError
 from calf_shim.node_main import run_node
+from calf_shim.node_params import declare_parameters
 from calf_shim.qos import STREAM, QosConfig
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner
@@ -43,11 +42,7 @@ class PolicyNodeConfig:
     @classmethod
     def from_node(cls, node: Node) -> PolicyNodeConfig:
         """Declare every parameter on ``node``, read them once and validate them."""
-        try:
-            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
-                description=text, read_only=True)).value for name, (default, text) in PARAMETERS.items()}
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
+        p = declare_parameters(node, PARAMETERS)
         if not p['policy']:
             raise ConfigError('no policy given: pass --ros-args -p policy:=CHECKPOINT_DIR')
         qos = QosConfig(p['qos_reliability'], p['qos_durability'], p['qos_depth'])

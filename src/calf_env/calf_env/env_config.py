@@ -5,9 +5,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from calf_shim.errors import ConfigError
+from calf_shim.node_params import declare_parameters, positive_number
 from calf_shim.qos import STREAM, QosConfig
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 
 from calf_env.envs import env_spec
@@ -45,19 +44,11 @@ class EnvNodeConfig:
     @classmethod
     def from_node(cls, node: Node) -> EnvNodeConfig:
         """Declare every parameter on ``node`` (dt's default follows env), read and validate them once."""
-        try:
-            env = node.declare_parameter('env', 'cartpole', ParameterDescriptor(
-                description='task: cartpole or minigrid', read_only=True)).value
-            defaults = {**PARAMETERS, 'dt': (env_spec(env).dt, PARAMETERS['dt'][1])}
-            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
-                description=text, read_only=True, dynamic_typing=name in FLOATS)).value
-                for name, (default, text) in defaults.items()}
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
+        env = declare_parameters(node, {'env': ('cartpole', 'task: cartpole or minigrid')})['env']
+        defaults = {**PARAMETERS, 'dt': (env_spec(env).dt, PARAMETERS['dt'][1])}
+        p = declare_parameters(node, defaults, dynamic=FLOATS)
         for name in FLOATS:
-            if isinstance(p[name], bool) or not isinstance(p[name], (int, float)) or not p[name] > 0:
-                raise ConfigError(f'{name} must be a number > 0, got {p[name]!r}')
-            p[name] = float(p[name])
+            p[name] = positive_number(name, p[name])
         if p['episodes'] < 0:
             raise ConfigError(f'episodes must be >= 0, got {p["episodes"]}')
         p['qos'] = QosConfig(p.pop('qos_reliability'), p.pop('qos_durability'), p.pop('qos_depth'))

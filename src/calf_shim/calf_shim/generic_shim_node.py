@@ -20,23 +20,33 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from calf_msgs.msg import LinkStats
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks, UnsupportedEventTypeError
-from rclpy.exceptions import ParameterException
+from rclpy.event_handler import (
+    QoSMessageLostInfo,
+    SubscriptionEventCallbacks,
+    UnsupportedEventTypeError,
+)
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from rclpy.topic_endpoint_info import TopicEndpointInfo
 
+from calf_msgs.msg import LinkStats
 from calf_shim.conversions import time_msg
 from calf_shim.errors import ConfigError
 from calf_shim.node_main import run_node
+from calf_shim.node_params import declare_parameters
 from calf_shim.qos import RESULTS, QosConfig
-from calf_shim.relay import ReleaseThread, Relay
+from calf_shim.relay import Relay, ReleaseThread
 from calf_shim.shim_node import _now_s, _received_s
-from calf_shim.topic_relay_config import (Endpoint, RelayEntry, TopicQos, check_types, load_relay_config,
-                                          mirror_qos, resolve_type)
+from calf_shim.topic_relay_config import (
+    Endpoint,
+    RelayEntry,
+    TopicQos,
+    check_types,
+    load_relay_config,
+    mirror_qos,
+    resolve_type,
+)
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'config': ('', 'relay config YAML: a list of {in_topic, out_topic, type, direction, profile, qos}'),
@@ -63,11 +73,7 @@ class GenericShimConfig:
     @classmethod
     def from_node(cls, node: Node) -> GenericShimConfig:
         """Declare every parameter on `node`, read them once, load and validate the relay config."""
-        try:
-            p = {name: node.declare_parameter(name, default, ParameterDescriptor(
-                description=text, read_only=True)).value for name, (default, text) in PARAMETERS.items()}
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
+        p = declare_parameters(node, PARAMETERS)
         if not p['config']:
             raise ConfigError('no relay config given: pass --ros-args -p config:=FILE.yaml')
         if not (p['stats_period_s'] > 0 and p['discovery_period_s'] > 0):

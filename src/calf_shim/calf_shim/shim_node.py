@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.event_handler import (
     QoSMessageLostInfo,
     SubscriptionEventCallbacks,
     UnsupportedEventTypeError,
 )
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
@@ -30,6 +29,7 @@ from calf_msgs.msg import Action, LinkStats, Observation
 from calf_shim.conversions import time_msg
 from calf_shim.errors import CalfError, ConfigError
 from calf_shim.node_main import run_node
+from calf_shim.node_params import declare_parameters
 from calf_shim.profiles import load_profile
 from calf_shim.qos import RESULTS, STREAM, QosConfig
 from calf_shim.relay import Relay, ReleaseThread
@@ -71,13 +71,7 @@ class ShimConfig:
     @classmethod
     def from_node(cls, node: Node) -> ShimConfig:
         """Declare every parameter on `node`, read them once and validate them."""
-        try:
-            for name, (default, description) in PARAMETERS.items():
-                node.declare_parameter(name, default, ParameterDescriptor(
-                    description=description, read_only=name != 'network'))
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
-        p = {name: node.get_parameter(name).value for name in PARAMETERS}
+        p = declare_parameters(node, PARAMETERS, writable=('network',))
         config = cls(p['network'], p['seed'], p['time_scale'], p['queue_capacity'],
                      QosConfig(p['edge_reliability'], p['edge_durability'], p['edge_depth']),
                      QosConfig(p['desktop_reliability'], p['desktop_durability'], p['desktop_depth']),

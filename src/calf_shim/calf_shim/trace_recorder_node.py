@@ -23,20 +23,23 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Sequence
 
-from calf_msgs.msg import Action, Observation, TraceSample
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
-from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks, UnsupportedEventTypeError
-from rclpy.exceptions import ParameterException
+from rclpy.event_handler import (
+    QoSMessageLostInfo,
+    SubscriptionEventCallbacks,
+    UnsupportedEventTypeError,
+)
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rclpy.subscription import Subscription
 from std_msgs.msg import Header
 
+from calf_msgs.msg import Action, Observation, TraceSample
 from calf_shim.bags import ACTION_TYPE, OBSERVATION_TYPE, TraceBagWriter
 from calf_shim.conversions import time_msg
 from calf_shim.errors import ConfigError
 from calf_shim.node_main import run_node
+from calf_shim.node_params import declare_parameters
 from calf_shim.qos import RESULTS, QosConfig
 from calf_shim.traces import Direction, Sample, TraceMatcher
 
@@ -71,12 +74,7 @@ class RecorderConfig:
     @classmethod
     def from_node(cls, node: Node) -> RecorderConfig:
         """Declare every parameter on ``node``, read them once and validate them."""
-        try:
-            for name, (default, description) in PARAMETERS.items():
-                node.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=True))
-        except ParameterException as err:
-            raise ConfigError(' '.join(str(err).split())) from None
-        config = cls(**{name: node.get_parameter(name).value for name in PARAMETERS})
+        config = cls(**declare_parameters(node, PARAMETERS))
         if not config.out:
             raise ConfigError('parameter out (the bag to create) is required')
         if config.duration_s < 0 or not (config.loss_timeout_s > 0 and config.flush_period_s > 0):
