@@ -68,11 +68,16 @@ class _Listener:
 
     def _on_candidate(self, msg: Action) -> None:
         self.unheard.discard(msg.source)
-        if not self.unheard and self.ready_episode is None:
-            self.ready_episode = msg.episode
+        self._mark_ready(msg.episode)
 
     def _on_applied(self, msg: Action) -> None:
         self.applied[msg.episode, msg.source] += 1
+        self._mark_ready(msg.episode)
+
+    def _mark_ready(self, episode: int) -> None:
+        """Ready once every source was heard and the env's action topic reaches this listener too."""
+        if not self.unheard and self.applied and self.ready_episode is None:
+            self.ready_episode = episode
 
     def shares(self, episodes: set[int]) -> dict[str, float]:
         """The share of each source among the actions sent to the env in ``episodes``."""
