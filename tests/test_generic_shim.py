@@ -26,8 +26,12 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import LaserScan
 from std_msgs.msg import String
 
+from calf_shim.bags import TRACE_TOPIC, TRACE_TYPE, read_bag, read_trace_bag
+from calf_shim.errors import TraceError
 from calf_shim.generic_shim_node import GenericShimNode
+from calf_shim.profiles import load_profile
 from calf_shim.qos import RESULTS
+from calf_shim.traces import trace_stats
 from ros_helpers import new_context, shut_down, spin_until
 
 pytestmark = pytest.mark.ros
@@ -213,6 +217,59 @@ def test_lossy_profile_every_message_arrives_intact_or_is_counted_dropped(harnes
     assert stats.received == stats.delivered + stats.dropped_injected  # the rest was dropped, and counted
     assert (stats.dropped_queue, stats.dropped_middleware) == (0, 0)
     assert 25 <= len(seqs) - len(client.measured(seqs)) <= 75
+
+
+def test_trace_bag_holds_every_relayed_message_with_its_delay_or_loss(harness: Harness, tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, 'traced', [{'model': 'fixed_delay', 'latency_ms': 10.0}],
+                            [{'model': 'fixed_delay', 'latency_ms': 20.0}, {'model': 'bernoulli_loss', 'p': 0.3}])
+    qos = {'reliability': 'reliable', 'depth': 100}
+    config = write_config(tmp_path, [
+        {'in_topic': '/gt/cmd_vel_raw', 'out_topic': '/gt/cmd_vel', 'type': 'geometry_msgs/msg/Twist',
+         'direction': 'downlink', 'profile': profile, 'qos': qos},
+        {'in_topic': '/gt/twist_raw', 'out_topic': '/gt/twist', 'type': 'geometry_msgs/msg/Twist',
+         'direction': 'uplink', 'profile': profile, 'qos': qos}])
+    bag = tmp_path / 'trace'
+    shim = harness.start_shim(config, seed=5, trace_bag=str(bag), trace_flush_period_s=0.2)
+    clients = [Client(harness.node, '/gt/cmd_vel_raw', '/gt/cmd_vel', twist),
+               Client(harness.node, '/gt/twist_raw', '/gt/twist', twist)]
+    harness.wait_for_path(clients)
+    sent = harness.send(clients, 60)
+    reporters = ('/gt/cmd_vel_raw', '/gt/twist_raw')
+
+    def settled() -> bool:  # the shim received every message and nothing is in flight
+        stats = [harness.stats.get(r) for r in reporters]
+        return all(s is not None and all(q in c.wire for q in seqs) and s.received == len(c.wire)
+                   and s.received == s.delivered + s.dropped_injected for s, c, seqs in zip(stats, clients, sent))
+    assert spin_until(harness.executor, settled, 10.0)
+    down, up = (harness.stats[r] for r in reporters)
+    total = down.received + up.received
+    assert spin_until(harness.executor, lambda: len(_readable(bag)) == total, 5.0)  # flushed while running
+    harness.executor.remove_node(shim)
+    shim.destroy_node()  # closes the bag, as on SIGINT
+    harness.shim = None
+
+    topics, _ = read_bag(bag)
+    assert topics == {f'{TRACE_TOPIC}{r}': TRACE_TYPE for r in reporters}
+    trace = read_trace_bag(bag)
+    assert (len(trace.downlink), len(trace.uplink)) == (down.received, up.received)
+    assert sorted(trace.uplink.seq.tolist()) == list(range(up.received))
+    assert not trace.uplink.lost.any()
+    np.testing.assert_allclose(trace.uplink.delays_ms, 10.0, atol=0.5)
+    assert int(trace.downlink.lost.sum()) == down.dropped_injected > 0
+    assert int((~trace.downlink.lost).sum()) == down.delivered == len(clients[0].arrivals)
+    np.testing.assert_allclose(trace.downlink.delays_ms[~trace.downlink.lost], 20.0, atol=0.5)
+    assert trace_stats(trace)['downlink']['lost'] == down.dropped_injected  # what `calf trace info` reports
+    replay = load_profile(str(bag))  # a trace bag is a profile: its delays, replayed
+    uplink, _ = replay.make_links(np.random.default_rng(0))
+    assert uplink.transmit(1.0, 64)[0] == pytest.approx(1.010, abs=5e-4)
+
+
+def _readable(bag: Path) -> list:
+    """The rows of a bag still being written (its flushed chunks); none before the first flush."""
+    try:
+        return read_trace_bag(bag, recover=True).samples()
+    except TraceError:
+        return []
 
 
 def run_node(config: Path, timeout_s: float = 30.0) -> subprocess.CompletedProcess:

@@ -15,11 +15,12 @@ setup(
     zip_safe=True,
     maintainer='CALF developers',
     maintainer_email='calf@example.org',
-    description='Gymnasium environments behind a real-time stepper, and the env node.',
+    description='Gymnasium environments behind a real-time stepper, the env node and the adapter env node.',
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
             'env_node = calf_env.env_node:main',
+            'adapter_env_node = calf_env.adapter_env_node:main',
         ],
     },
 )

@@ -1,7 +1,7 @@
 """The adapter policy node: a trained policy driving an existing robot's standard topics.
 
 It reads observations from the topic and message type named in an adapter file
-(``calf_agent.adapters``), asks ``PolicyRunner`` for a plan, and publishes the plan's first action
+(``calf_shim.adapters``), asks ``PolicyRunner`` for a plan, and publishes the plan's first action
 on the robot's command topic (e.g. ``geometry_msgs/Twist`` on ``/cmd_vel``) through the adapter's
 action table. Robot messages carry no episode or sequence number: every received message is
 observation k of one endless episode, numbered in order of arrival.
@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from calf_shim.adapters import AdapterConfig, load_adapter_config, set_fields
 from calf_shim.errors import ConfigError, MessageError
 from calf_shim.node_main import run_node
 from calf_shim.node_params import declare_parameters
@@ -19,7 +20,6 @@ from calf_shim.qos import QosConfig
 from calf_shim.topic_relay_config import resolve_type
 from rclpy.node import Node
 
-from calf_agent.adapters import AdapterConfig, load_adapter_config, set_fields
 from calf_agent.policy_runner import PolicyRunner
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
@@ -51,7 +51,7 @@ class AdapterPolicyNode(Node):
         self.config = cfg = AdapterNodeConfig.from_node(self)
         self.runner = runner = PolicyRunner.from_checkpoint(cfg.policy, cfg.deterministic)
         obs, act = cfg.adapter.observation, cfg.adapter.action
-        cfg.adapter.check_policy(runner.obs_size, runner.n_actions)
+        cfg.adapter.check_sizes(runner.obs_size, runner.n_actions)
         self._action_type = resolve_type(act.type_name)
         self._action_pub = self.create_publisher(self._action_type, act.topic, QosConfig(*act.qos).profile())
         self.create_subscription(resolve_type(obs.type_name), obs.topic, self._on_observation,

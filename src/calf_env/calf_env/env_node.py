@@ -5,6 +5,8 @@ applies what arrives on ``action``. Ticks run on their own thread at absolute de
 ``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
 here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
 up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
+Subclasses change the observation and action messages by overriding ``_open_topics`` and
+``_publish_observation`` (``calf_env.adapter_env_node``: standard messages).
 """
 from __future__ import annotations
 
@@ -13,14 +15,14 @@ import os
 import sys
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from calf_shim.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
 from calf_shim.errors import MessageError
 from calf_shim.node_main import run_node
 from calf_shim.qos import RESULTS
-from calf_shim.timing import EpisodeSummary, Verdict
+from calf_shim.timing import EpisodeSummary, ObsRecord, Verdict
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks
@@ -32,8 +34,10 @@ from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 
 class EnvNode(Node):
+    NAME = 'env'
+
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__('env', **kwargs)
+        super().__init__(self.NAME, **kwargs)
         self.config = cfg = EnvNodeConfig.from_node(self)
         self.stepper = make_stepper(cfg.env)
         self.run_id = int.from_bytes(os.urandom(4), 'little') or 1  # tells policies this run restarted
@@ -47,17 +51,21 @@ class EnvNode(Node):
         self._stats_seq = itertools.count()
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._t0_ns = self._clock.now().nanoseconds
-        self._obs_pub = self.create_publisher(Observation, 'observation', cfg.qos.profile())
+        self._open_topics()
         self._result_pub = self.create_publisher(EpisodeResult, 'episode_result', RESULTS)
         self._stats_pub = self.create_publisher(LinkStats, 'link_stats', RESULTS)
-        self.create_subscription(Action, 'action', self._on_action, cfg.qos.profile(),
-                                 event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_lost))
         self.create_timer(cfg.stats_period_s, self._publish_stats)
         self.get_logger().info(
             f'{cfg.env}: dt {cfg.dt * 1e3:g} ms / time_scale {cfg.time_scale:g} = a tick every '
             f'{cfg.tick_s * 1e3:g} ms; {cfg.episodes or "unlimited"} episodes, seed {cfg.seed}')
         self._thread = threading.Thread(target=self._run, name='env-ticks', daemon=True)
         self._thread.start()
+
+    def _open_topics(self) -> None:
+        """The observation publisher ``_obs_pub`` and the action subscription."""
+        self._obs_pub = self.create_publisher(Observation, 'observation', self.config.qos.profile())
+        self.create_subscription(Action, 'action', self._on_action, self.config.qos.profile(),
+                                 event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_lost))
 
     def _now(self) -> tuple[int, float]:
         """Steady clock: (stamp in nanoseconds, seconds since the node started)."""
@@ -92,8 +100,11 @@ class EnvNode(Node):
             else:
                 record = self.stepper.tick(now)
             summary = self.stepper.finish() if self.stepper.done else None
-        self._obs_pub.publish(obs_to_msg(record, ns, self.run_id))
+        self._publish_observation(record, ns)
         return summary is None or self._end_episode(summary, ns)
+
+    def _publish_observation(self, record: ObsRecord, ns: int) -> None:
+        self._obs_pub.publish(obs_to_msg(record, ns, self.run_id))
 
     def _end_episode(self, summary: EpisodeSummary, ns: int) -> bool:
         self._result_pub.publish(summary_to_msg(summary, self.episodes_done, ns))
@@ -114,12 +125,19 @@ class EnvNode(Node):
         try:
             action = msg_to_plan(msg, self.stepper.n_actions)
         except MessageError as err:
-            self.rejected += 1
-            self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
+            self._reject(err)
             return
+        self._apply_action(action.obs_seq, action.episode, action.plan, now)
+
+    def _reject(self, err: MessageError) -> None:
+        self.rejected += 1
+        self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
+
+    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[int], now: float) -> None:
+        """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``."""
         with self._lock:
             measured = len(self.stepper.e2e_ms)
-            verdict = self.stepper.on_action(action.obs_seq, action.episode, action.plan, now)
+            verdict = self.stepper.on_action(obs_seq, episode, plan, now)
             self._window.extend(self.stepper.e2e_ms[measured:])
         self.verdicts[verdict] += 1
 

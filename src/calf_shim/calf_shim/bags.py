@@ -1,9 +1,10 @@
 """Trace bags: rosbag2 bags (MCAP or sqlite3), written and read with rosbags.
 
-A trace bag holds ``calf_msgs/msg/TraceSample`` rows on ``/calf/trace`` and, optionally, the raw
-Observation and Action topics they were measured on. The calf_msgs types are registered in rosbags
-from their ``.msg`` files (the installed share directory of calf_msgs, else the source tree), so
-a bag carries the same definitions and type hashes as one from ``ros2 bag record``.
+A trace bag holds ``calf_msgs/msg/TraceSample`` rows on ``/calf/trace`` (the generic shim's: on
+``/calf/trace/<relayed topic>``; readers take the rows of every TraceSample topic) and, optionally,
+the raw Observation and Action topics they were measured on. The calf_msgs types are registered
+in rosbags from their ``.msg`` files (the installed share directory of calf_msgs, else the source
+tree), so a bag carries the same definitions and type hashes as one from ``ros2 bag record``.
 
 Durability: ``TraceBagWriter.flush()`` ends the current MCAP chunk and fsyncs the file (sqlite3:
 commits). A writer killed before ``close()`` leaves no metadata.yaml and, for MCAP, no summary or
@@ -93,9 +94,10 @@ def _storage(storage: Storage | str) -> Storage:
 # --- writing ----------------------------------------------------------------------------------
 
 class TraceBagWriter:
-    """Writes trace samples, and optionally raw topics, into a new bag at ``path``."""
+    """Writes trace samples on ``trace_topics``, and optionally raw topics, into a new bag at ``path``."""
 
-    def __init__(self, path: str | Path, storage: Storage | str = Storage.MCAP) -> None:
+    def __init__(self, path: str | Path, storage: Storage | str = Storage.MCAP,
+                 trace_topics: Iterable[str] = (TRACE_TOPIC,)) -> None:
         self.path, self.storage = Path(path), _storage(storage)
         self._store = typestore()
         if self.path.exists():
@@ -107,21 +109,22 @@ class TraceBagWriter:
         except (WriterError, OSError) as err:
             raise TraceError(f'cannot create bag {str(self.path)!r}: {_one_line(err)}') from None
         self._connections: dict[str, Connection] = {}
-        self.add_topic(TRACE_TOPIC, TRACE_TYPE)
+        for topic in trace_topics:
+            self.add_topic(topic, TRACE_TYPE)
         self.samples = 0
 
     def add_topic(self, topic: str, msgtype: str) -> None:
         if topic not in self._connections:
             self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self._store)
 
-    def write_sample(self, sample: Sample, log_ns: int) -> None:
-        """One TraceSample row, logged (and header-stamped) at ``log_ns``."""
+    def write_sample(self, sample: Sample, log_ns: int, topic: str = TRACE_TOPIC) -> None:
+        """One TraceSample row on ``topic`` (one of ``trace_topics``), logged (and header-stamped) at ``log_ns``."""
         types = self._store.types
         stamp = types['builtin_interfaces/msg/Time'](sec=log_ns // 10**9, nanosec=log_ns % 10**9)
         msg = types[TRACE_TYPE](header=types['std_msgs/msg/Header'](stamp=stamp, frame_id=''),
                                 seq=sample.seq, direction=sample.direction, sent_ns=sample.sent_ns,
                                 received_ns=sample.received_ns, size_bytes=sample.size_bytes, lost=sample.lost)
-        self._writer.write(self._connections[TRACE_TOPIC], log_ns, self._store.serialize_cdr(msg, TRACE_TYPE))
+        self._writer.write(self._connections[topic], log_ns, self._store.serialize_cdr(msg, TRACE_TYPE))
         self.samples += 1
 
     def write_raw(self, topic: str, data: bytes, log_ns: int) -> None:

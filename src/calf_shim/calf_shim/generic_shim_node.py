@@ -8,10 +8,16 @@ with that publisher's QoS. Every `discovery_period_s` the graph is checked: an e
 differs from the configured one stops the node with a one-line error (exit code 2). LinkStats per
 entry go to `shim/link_stats`, with `reporter` = the entry's resolved in_topic.
 
-Trace recording is not wired up: `calf_shim.trace_recorder_node` pairs messages by calf_msgs keys,
-which opaque bytes do not have. The hook for TraceSample rows is the `on_message` callback in
-`GenericShimNode._open`: the relay's submit there decides each message's fate (its release times,
-or none when the model drops it).
+With `trace_bag`, every relayed message becomes one `calf_msgs/TraceSample` row in a new rosbag2
+bag (MCAP or sqlite3), on `/calf/trace/<in_topic>` per entry, with the entry's direction. The shim
+needs no pairing (unlike `calf_shim.trace_recorder_node`, which matches calf_msgs keys that opaque
+bytes do not have): the relay decides each message's fate when it arrives, so the row is written
+then. sent = when DDS received the message, received = the release of its first copy; a message
+the model or the full queue drops is lost. Times are model time (the shim's steady clock times
+`time_scale`), so the delays are the profile's at any time scale. The bag is flushed every
+`trace_flush_period_s` and closed when the node stops (SIGINT, SIGTERM, or a fatal type mismatch);
+after a SIGKILL `calf trace recover` keeps every flushed row. A message still in flight when the
+node stops is recorded as delivered although it is never published.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from rclpy.topic_endpoint_info import TopicEndpointInfo
 
 from calf_msgs.msg import LinkStats
+from calf_shim.bags import TRACE_TOPIC, TraceBagWriter
 from calf_shim.conversions import time_msg
 from calf_shim.errors import ConfigError
 from calf_shim.node_main import run_node
@@ -47,6 +54,7 @@ from calf_shim.topic_relay_config import (
     mirror_qos,
     resolve_type,
 )
+from calf_shim.traces import message_sample
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'config': ('', 'relay config YAML: a list of {in_topic, out_topic, type, direction, profile, qos}'),
@@ -55,6 +63,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'queue_capacity': (1000, 'messages in flight per entry; more are tail-dropped (dropped_queue)'),
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
     'discovery_period_s': (0.5, 'period of the graph checks: QoS mirroring and type mismatches (seconds)'),
+    'trace_bag': ('', 'bag to create (must not exist) with one TraceSample per relayed message; empty: no trace'),
+    'trace_storage': ('mcap', 'storage of trace_bag: mcap or sqlite3'),
+    'trace_flush_period_s': (1.0, 'period of trace_bag flushes: what a SIGKILL can lose (seconds)'),
 }
 UNKNOWN_NODE = '_NODE_NAME_UNKNOWN_'  # rmw's node name of an endpoint whose participant is not yet discovered
 
@@ -69,6 +80,9 @@ class GenericShimConfig:
     queue_capacity: int
     stats_period_s: float
     discovery_period_s: float
+    trace_bag: str
+    trace_storage: str
+    trace_flush_period_s: float
 
     @classmethod
     def from_node(cls, node: Node) -> GenericShimConfig:
@@ -76,11 +90,10 @@ class GenericShimConfig:
         p = declare_parameters(node, PARAMETERS)
         if not p['config']:
             raise ConfigError('no relay config given: pass --ros-args -p config:=FILE.yaml')
-        if not (p['stats_period_s'] > 0 and p['discovery_period_s'] > 0):
-            raise ConfigError(f'stats_period_s and discovery_period_s must be > 0, got {p["stats_period_s"]} '
-                              f'and {p["discovery_period_s"]}')
-        return cls(tuple(load_relay_config(p['config'])), p['seed'], p['time_scale'], p['queue_capacity'],
-                   p['stats_period_s'], p['discovery_period_s'])
+        periods = {name: p[name] for name in ('stats_period_s', 'discovery_period_s', 'trace_flush_period_s')}
+        if not all(value > 0 for value in periods.values()):
+            raise ConfigError(f'{", ".join(periods)} must be > 0, got {", ".join(map(str, periods.values()))}')
+        return cls(tuple(load_relay_config(p.pop('config'))), **p)
 
 
 class _Route:
@@ -90,6 +103,7 @@ class _Route:
         self.index, self.entry, self.msg_type = index, entry, resolve_type(entry.type_name)
         self.in_name, self.out_name = node.resolve_topic_name(entry.in_topic), node.resolve_topic_name(entry.out_topic)
         self.publisher: Publisher | None = None
+        self.trace_topic, self.traced = TRACE_TOPIC + self.in_name, 0  # trace rows written so far
         self.dropped_middleware = 0
         self.waiting_logged = False
 
@@ -108,7 +122,10 @@ class GenericShimNode(Node):
         self.releaser = ReleaseThread([
             (Relay(entry.profile.make_links(rng)[entry.direction], cfg.queue_capacity, cfg.time_scale), route.send)
             for entry, rng, route in zip(cfg.entries, rngs, self.routes)], clock=_now_s)
+        self._trace: TraceBagWriter | None = None
         self._check_graph()
+        if cfg.trace_bag:  # last, so that no earlier error leaves an unclosed bag
+            self._trace = self._open_trace()
         self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
         self._stats_seq = 0
         self.create_timer(cfg.stats_period_s, self._publish_stats)
@@ -117,6 +134,13 @@ class GenericShimNode(Node):
         self.get_logger().info(', '.join(f'{r.in_name} -> {r.out_name} ({r.entry.type_name}, '
                                          f'{r.entry.profile.name} {r.entry.direction.name.lower()})'
                                          for r in self.routes) + f', time_scale {cfg.time_scale:g}')
+
+    def _open_trace(self) -> TraceBagWriter:
+        writer = TraceBagWriter(self.config.trace_bag, self.config.trace_storage, [r.trace_topic for r in self.routes])
+        self.create_timer(self.config.trace_flush_period_s, writer.flush)
+        self.get_logger().info(f'tracing every relayed message into {self.config.trace_storage} bag '
+                               f'{self.config.trace_bag!r}')
+        return writer
 
     def _check_graph(self) -> None:
         """Fail on a type mismatch; open each entry whose QoS is now known."""
@@ -153,7 +177,10 @@ class GenericShimNode(Node):
             route.dropped_middleware += info.total_count_change
 
         def on_message(data: bytes, info: dict) -> None:
-            self.releaser.submit(route.index, data, len(data), _received_s(info))
+            received_s = _received_s(info)
+            releases = self.releaser.submit(route.index, data, len(data), received_s)
+            if self._trace is not None:
+                self._write_row(route, received_s, releases, len(data))
 
         try:
             self.create_subscription(route.msg_type, route.in_name, on_message, profile, raw=True,
@@ -162,6 +189,14 @@ class GenericShimNode(Node):
             self.create_subscription(route.msg_type, route.in_name, on_message, profile, raw=True)
         self.get_logger().info(f'{route.in_name} -> {route.out_name}: {qos.reliability}, {qos.durability}, '
                                f'depth {qos.depth}')
+
+    def _write_row(self, route: _Route, received_s: float, releases: list[float], size_bytes: int) -> None:
+        """The message's TraceSample, in model time: the shim's clock times time_scale."""
+        scale = self.config.time_scale
+        sample = message_sample(route.entry.direction, route.traced, received_s * scale,
+                                [t * scale for t in releases], size_bytes)
+        route.traced += 1
+        self._trace.write_sample(sample, self.get_clock().now().nanoseconds, route.trace_topic)
 
     def _publish_stats(self) -> None:
         """One LinkStats per entry; `rejected` stays 0, since the shim never parses what it relays."""
@@ -178,6 +213,9 @@ class GenericShimNode(Node):
 
     def destroy_node(self) -> None:
         self.releaser.stop()
+        if self._trace is not None:
+            self._trace.close()
+            self.get_logger().info(f'closed trace bag {self.config.trace_bag!r}: {self._trace.samples} samples')
         super().destroy_node()
 
 

@@ -152,14 +152,17 @@ class ReleaseThread:
         if self._thread.is_alive():
             self._thread.join()
 
-    def submit(self, index: int, item: Any, size_bytes: int, received_s: float | None = None) -> None:
-        """Relay `item` on output `index`; it reached the shim at `received_s` (clock time, default now)."""
+    def submit(self, index: int, item: Any, size_bytes: int, received_s: float | None = None) -> list[float]:
+        """Relay `item` on output `index`; it reached the shim at `received_s` (clock time, default now).
+
+        Returns the release times of its copies (sorted; [] when dropped), as `Relay.submit` does."""
         with self._cond:
             earliest = self._next_release_s()
             now_s = self._clock() if received_s is None else received_s
             releases = self.outputs[index][0].submit(now_s, item, size_bytes)
             if releases and (earliest is None or min(releases) < earliest):
                 self._cond.notify()
+        return releases
 
     def set_links(self, links: Sequence[Link]) -> None:
         """Swap every relay's link at once; messages in flight keep their release times."""

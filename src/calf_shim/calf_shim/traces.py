@@ -190,7 +190,9 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
-def _sample(direction: Direction, seq: int, send_s: float, arrivals: list[float], size_bytes: int) -> Sample:
+def message_sample(direction: Direction, seq: int, send_s: float, arrivals: Sequence[float],
+                   size_bytes: int) -> Sample:
+    """The row of one message sent at send_s: received at its first (sorted) arrival, lost without one."""
     received = _ns(arrivals[0]) if arrivals else 0
     return Sample(int(direction), seq, _ns(send_s), received, size_bytes, not arrivals)
 
@@ -206,11 +208,12 @@ def synth_trace(profile: Profile, duration_s: float, dt_s: float = 0.02, seed: i
     samples, answered = [], []
     for k in range(max(1, int(round(duration_s / dt_s)))):
         arrivals = uplink.transmit(k * dt_s, size_bytes)
-        samples.append(_sample(Direction.UPLINK, k, k * dt_s, arrivals, size_bytes))
+        samples.append(message_sample(Direction.UPLINK, k, k * dt_s, arrivals, size_bytes))
         answered.extend(arrivals[:1])
     for i, arrive_s in enumerate(sorted(answered)):
         send_s = arrive_s + profile.compute_ms / 1e3
-        samples.append(_sample(Direction.DOWNLINK, i, send_s, downlink.transmit(send_s, size_bytes), size_bytes))
+        arrivals = downlink.transmit(send_s, size_bytes)
+        samples.append(message_sample(Direction.DOWNLINK, i, send_s, arrivals, size_bytes))
     return Trace.from_samples(samples)
 
 

@@ -1,6 +1,7 @@
-"""Adapters: standard messages -> observation vectors, actions -> Twist / Float32MultiArray, by config only.
+"""Adapters, by config only: standard messages <-> observation vectors, actions <-> Twist / Float32MultiArray.
 
-The adapter policy node itself is tested over DDS in tests/test_adapter_policy_node.py.
+The adapter nodes themselves are tested over DDS in tests/test_adapter_policy_node.py and
+tests/test_adapter_env_node.py.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray
 
-from calf_agent.adapters import (ACTION_QOS, OBSERVATION_QOS, AdapterConfig, load_adapter_config,
-                                 parse_adapter_config, parse_observation, set_fields)
+from calf_shim.adapters import (ACTION_QOS, OBSERVATION_QOS, AdapterConfig, load_adapter_config,
+                                parse_adapter_config, parse_observation, set_fields)
 from calf_shim.errors import ConfigError, MessageError
 from calf_shim.topic_relay_config import TopicQos
 
@@ -122,14 +123,68 @@ def test_bad_configs_are_one_line_config_errors(observation: dict | None, action
     assert message in str(err.value) and '\n' not in str(err.value)
 
 
-def test_check_policy_compares_sizes_with_the_checkpoint() -> None:
+def test_check_sizes_compares_sizes_with_the_checkpoint_or_env() -> None:
     adapter = config()
-    adapter.check_policy(4, 2)
-    with pytest.raises(ConfigError, match='the adapter reads 4 observation values, the policy expects 5'):
-        adapter.check_policy(5, 2)
-    with pytest.raises(ConfigError, match='the policy has 3 discrete actions: the adapter action table needs 3 rows, '
+    adapter.check_sizes(4, 2)
+    with pytest.raises(ConfigError, match='the adapter maps 4 observation values, the policy has 5'):
+        adapter.check_sizes(5, 2)
+    with pytest.raises(ConfigError, match='the env has 3 discrete actions: the adapter action table needs 3 rows, '
                                           'it has 2'):
-        adapter.check_policy(4, 3)
+        adapter.check_sizes(4, 3, 'env')
+
+
+@pytest.mark.parametrize('observation, msg_type', [
+    (JOINTS, JointState),
+    ({'topic': '/odom', 'type': 'nav_msgs/Odometry', 'fields': ['twist.twist.angular.z', 'pose.pose.position.x',
+                                                                   'pose.pose.orientation.w', 'twist.twist.linear.y']},
+     Odometry),
+    ({'topic': '/obs', 'type': 'std_msgs/msg/Float32MultiArray'}, Float32MultiArray),
+    ({'topic': '/obs', 'type': 'std_msgs/msg/Float32MultiArray', 'indices': [4, 1, 0, 2]}, Float32MultiArray),
+])
+def test_env_side_encode_is_the_inverse_of_decode(observation: dict, msg_type: type) -> None:
+    adapter = parse_observation(observation)
+    obs = np.float32([0.25, -1.5, 0.125, 3.0])
+    msg = set_fields(msg_type(), adapter.encode(obs))
+    np.testing.assert_array_equal(adapter.decode(msg, 4), obs)
+
+
+def test_env_side_joint_state_names_the_joints() -> None:
+    assert config().observation.encode([1.0, 2.0, 3.0, 4.0]) == {
+        'name': ['cart', 'pole'], 'position': [1.0, 3.0], 'velocity': [2.0, 4.0]}
+    with pytest.raises(ValueError, match='has 3 values, the adapter maps 4'):
+        config().observation.encode([1.0, 2.0, 3.0])
+
+
+def twist_cmd(x: float, z: float = 0.0) -> Twist:
+    msg = Twist()
+    msg.linear.x, msg.angular.z = x, z
+    return msg
+
+
+@pytest.mark.parametrize('x, z, expected', [(-0.5, 0.0, 0), (0.5, 0.1, 1), (0.3, 0.0, 1), (-0.1, 0.1, 0),
+                                            (0.0, 0.0, 0)])  # a tie goes to the first row
+def test_env_side_twist_becomes_the_nearest_table_row(x: float, z: float, expected: int) -> None:
+    assert config().action.decode(twist_cmd(x, z)) == expected
+
+
+def test_env_side_float32_multi_array_becomes_the_nearest_table_row() -> None:
+    action = config(action={'topic': '/act', 'type': 'std_msgs/msg/Float32MultiArray',
+                            'table': [[0.0], [1.0], [2.0]]}).action
+    assert [action.decode(Float32MultiArray(data=[v])) for v in (0.0, 0.4, 0.6, 2.0)] == [0, 0, 1, 2]
+    with pytest.raises(MessageError, match='holds 2 values, the action table rows have 1'):
+        action.decode(Float32MultiArray(data=[0.0, 1.0]))
+    with pytest.raises(MessageError, match=r'data\[0\] = 2.5 is outside the action table range \[0, 2\]'):
+        action.decode(Float32MultiArray(data=[2.5]))
+
+
+@pytest.mark.parametrize('msg, message', [
+    (twist_cmd(float('nan')), 'geometry_msgs/msg/Twist on /cmd_vel holds NaN or infinite values'),
+    (twist_cmd(0.75), r'linear.x = 0.75 is outside the action table range \[-0.5, 0.5\]'),
+    (twist_cmd(0.0, -0.2), r'angular.z = -0.2 is outside the action table range \[0, 0.1\]'),
+])
+def test_env_side_bad_commands_are_one_line_message_errors(msg: Twist, message: str) -> None:
+    with pytest.raises(MessageError, match=message):
+        config().action.decode(msg)
 
 
 def write_adapter(tmp_path: Path, observation: dict, action: dict) -> Path:

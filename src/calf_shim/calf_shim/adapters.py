@@ -1,8 +1,11 @@
-"""Adapters between standard ROS messages and a policy's vectors, configured by YAML, no code.
+"""Adapters between standard ROS messages and CALF's vectors, configured by YAML, no code.
 
+One adapter file serves both sides of a link: the policy side (`calf_agent.adapter_policy_node`)
+reads observations from messages and writes actions into them; the env side
+(`calf_env.adapter_env_node`) writes observations into messages and reads actions from them.
 An adapter file has two sections:
 
-    observation:                         # the policy's input, one vector per received message
+    observation:                         # the observation vector, one per message
       topic: /joint_states
       type: sensor_msgs/msg/JointState   # or std_msgs/msg/Float32MultiArray, nav_msgs/msg/Odometry
       joints: [slider, hinge]            # JointState: these joints, in this order, ...
@@ -19,7 +22,9 @@ An adapter file has two sections:
         - [0.2, -0.5]
       qos: {reliability: reliable, depth: 10}         # optional
 
-Pure: messages are read and written by attribute (duck typing), never imported here.
+On the env side a command message becomes the discrete action of the nearest table row (Euclidean,
+in float32); a value outside the range of its table column is rejected, like an out-of-range
+action index. Pure: messages are read and written by attribute (duck typing), never imported here.
 """
 from __future__ import annotations
 
@@ -51,6 +56,9 @@ class ObservationReader(Protocol):
     def read(self, msg: Any) -> np.ndarray:
         """The message's chosen values as float32."""
 
+    def write(self, values: Sequence[float]) -> dict[str, Any]:
+        """Field path -> value of a message that `read` turns back into `values`."""
+
 
 @dataclass(frozen=True)
 class ArrayReader:
@@ -69,6 +77,14 @@ class ArrayReader:
         if max(self.indices) >= data.size:
             raise MessageError(f'Float32MultiArray has {data.size} values, index {max(self.indices)} was asked for')
         return data[list(self.indices)]
+
+    def write(self, values: Sequence[float]) -> dict[str, Any]:
+        if self.indices is None:
+            return {'data': list(values)}
+        data = [0.0] * (max(self.indices) + 1)  # values at their indices, zeros between
+        for index, value in zip(self.indices, values):
+            data[index] = value
+        return {'data': data}
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,11 @@ class JointStateReader:
                 raise MessageError(f'JointState {field} has {len(values)} values for {len(msg.name)} joints')
         return np.array([columns[f][index[j]] for j in self.joints for f in self.fields], dtype=np.float32)
 
+    def write(self, values: Sequence[float]) -> dict[str, Any]:
+        n = len(self.fields)
+        return {'name': list(self.joints), **{field: [values[j * n + i] for j in range(len(self.joints))]
+                                              for i, field in enumerate(self.fields)}}
+
 
 @dataclass(frozen=True)
 class FieldReader:
@@ -107,6 +128,9 @@ class FieldReader:
 
     def read(self, msg: Any) -> np.ndarray:
         return np.array([get_path(msg, path) for path in self.paths], dtype=np.float32)
+
+    def write(self, values: Sequence[float]) -> dict[str, Any]:
+        return dict(zip(self.paths, values))
 
 
 @dataclass(frozen=True)
@@ -127,6 +151,13 @@ class ObservationAdapter:
         if not np.all(np.isfinite(obs)):
             raise MessageError(f'{self.type_name} on {self.topic} holds NaN or infinite values')
         return obs
+
+    def encode(self, obs: Sequence[float]) -> dict[str, Any]:
+        """Field path -> value of the message carrying observation `obs` (env side)."""
+        values = [float(v) for v in obs]
+        if self.reader.size is not None and len(values) != self.reader.size:
+            raise ValueError(f'observation {values} has {len(values)} values, the adapter maps {self.reader.size}')
+        return self.reader.write(values)
 
 
 @dataclass(frozen=True)
@@ -151,12 +182,38 @@ class ActionAdapter:
             return {'data': list(vector)}
         return dict(zip(self.fields, vector))
 
-    def _row(self, index: int) -> tuple[float, ...]:
+    def decode(self, msg: Any) -> int:
+        """The discrete action a command stands for (env side): the nearest table row.
+
+        MessageError (one line) for a wrong number of values, a non-finite one, or one outside the
+        range of its table column."""
+        table = np.asarray(self._table(), dtype=np.float32)
+        names = self.fields or [f'data[{i}]' for i in range(table.shape[1])]
+        vector = np.asarray(msg.data if self.fields is None else [get_path(msg, f) for f in self.fields],
+                            dtype=np.float32)
+        if vector.shape != table.shape[1:]:
+            raise MessageError(f'{self.type_name} on {self.topic} holds {vector.size} values, the action table '
+                               f'rows have {table.shape[1]}')
+        if not np.all(np.isfinite(vector)):
+            raise MessageError(f'{self.type_name} on {self.topic} holds NaN or infinite values')
+        low, high = table.min(axis=0), table.max(axis=0)
+        outside = np.flatnonzero((vector < low) | (vector > high))
+        if outside.size:
+            i = int(outside[0])
+            raise MessageError(f'{self.type_name} on {self.topic}: {names[i]} = {vector[i]:g} is outside the action '
+                               f'table range [{low[i]:g}, {high[i]:g}]')
+        return int(np.argmin(np.sum((table - vector) ** 2, axis=1)))
+
+    def _table(self) -> tuple[tuple[float, ...], ...]:
         if self.table is None:
             raise ValueError('a discrete action needs a table in the adapter config')
-        if not 0 <= index < len(self.table):
-            raise ValueError(f'action {index} is outside the table of {len(self.table)} rows')
-        return self.table[index]
+        return self.table
+
+    def _row(self, index: int) -> tuple[float, ...]:
+        table = self._table()
+        if not 0 <= index < len(table):
+            raise ValueError(f'action {index} is outside the table of {len(table)} rows')
+        return table[index]
 
 
 @dataclass(frozen=True)
@@ -164,14 +221,14 @@ class AdapterConfig:
     observation: ObservationAdapter
     action: ActionAdapter
 
-    def check_policy(self, obs_size: int, n_actions: int) -> None:
-        """Raise ConfigError when the config cannot serve a discrete policy of these sizes."""
+    def check_sizes(self, obs_size: int, n_actions: int, side: str = 'policy') -> None:
+        """Raise ConfigError when the config cannot serve a discrete policy or env (`side`) of these sizes."""
         size = self.observation.reader.size
         if size is not None and size != obs_size:
-            raise ConfigError(f'the adapter reads {size} observation values, the policy expects {obs_size}')
+            raise ConfigError(f'the adapter maps {size} observation values, the {side} has {obs_size}')
         table = self.action.table
         if table is None or len(table) != n_actions:
-            raise ConfigError(f'the policy has {n_actions} discrete actions: the adapter action table needs '
+            raise ConfigError(f'the {side} has {n_actions} discrete actions: the adapter action table needs '
                               f'{n_actions} rows, it has {0 if table is None else len(table)}')
 
 
