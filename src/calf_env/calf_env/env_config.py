@@ -21,6 +21,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'qos_durability': (STREAM.durability, 'QoS durability of observation/action: volatile or transient_local'),
     'qos_depth': (STREAM.depth, 'QoS history depth of observation/action'),
     'stats_period_s': (1.0, 'period of LinkStats on link_stats (seconds)'),
+    'start_plan': ('', 'actions cycled until the first plan of an episode arrives, e.g. [0, 1]; '
+                       'empty: hold the initial action'),
 }
 FLOATS = ('dt', 'time_scale', 'stats_period_s')  # `-p time_scale:=4` works as well as 4.0
 
@@ -35,6 +37,7 @@ class EnvNodeConfig:
     wait_for_subscriber: bool
     qos: QosConfig
     stats_period_s: float
+    start_plan: tuple[int, ...] = ()
 
     @property
     def tick_s(self) -> float:
@@ -46,7 +49,8 @@ class EnvNodeConfig:
         """Declare every parameter on ``node`` (dt's default follows env), read and validate them once."""
         env = declare_parameters(node, {'env': ('cartpole', 'task: cartpole or minigrid')})['env']
         defaults = {**PARAMETERS, 'dt': (env_spec(env).dt, PARAMETERS['dt'][1])}
-        p = declare_parameters(node, defaults, dynamic=FLOATS)
+        p = declare_parameters(node, defaults, dynamic=(*FLOATS, 'start_plan'))
+        p['start_plan'] = action_list('start_plan', p['start_plan'])
         for name in FLOATS:
             p[name] = positive_number(name, p[name])
         if p['episodes'] < 0:
@@ -54,6 +58,16 @@ class EnvNodeConfig:
         p['qos'] = QosConfig(p.pop('qos_reliability'), p.pop('qos_durability'), p.pop('qos_depth'))
         p['qos'].profile()
         return cls(env=env, **p)
+
+
+def action_list(name: str, value: Any) -> tuple[int, ...]:
+    """An integer-array parameter (``''`` for none) as a tuple, else a ConfigError naming ``name``."""
+    if value == '':
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                       for a in value):
+        raise ConfigError(f'{name} must be a list of integer actions such as [0, 1], got {value!r}')
+    return tuple(value)
 
 
 def next_tick(k: int, elapsed_s: float, tick_s: float) -> int:

@@ -39,7 +39,7 @@ class EnvNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(self.NAME, **kwargs)
         self.config = cfg = EnvNodeConfig.from_node(self)
-        self.stepper = make_stepper(cfg.env)
+        self.stepper = make_stepper(cfg.env, start_plan=cfg.start_plan)
         self.run_id = int.from_bytes(os.urandom(4), 'little') or 1  # tells policies this run restarted
         self.finished = threading.Event()
         self.error: str | None = None

@@ -25,10 +25,12 @@ class EnvSpec:
     noop_action: int | None
     initial_action: int
     success_on_truncation: bool
+    safe_start: tuple[int, ...] = ()  # a policy-free action cycle that keeps the task recoverable while
+    # the first plan is on its way (CartPole: alternating pushes keep the pole up for >= 20 ticks)
 
 
 ENV_SPECS: dict[str, EnvSpec] = {
-    'cartpole': EnvSpec('cartpole', 'CartPole-v1', 0.02, HoldMode.LAST, None, 0, True),
+    'cartpole': EnvSpec('cartpole', 'CartPole-v1', 0.02, HoldMode.LAST, None, 0, True, (0, 1)),
     'minigrid': EnvSpec('minigrid', 'MiniGrid-DoorKey-5x5-v0', 0.1, HoldMode.NOOP, MINIGRID_DONE,
                         MINIGRID_DONE, False),
 }
@@ -64,18 +66,23 @@ def make_env(name: str) -> gym.Env:
     return gym.make(spec.gym_id)
 
 
-def make_stepper(name: str, env: gym.Env | None = None) -> Stepper:
+def make_stepper(name: str, env: gym.Env | None = None, start_plan: tuple[int, ...] = ()) -> Stepper:
     """The tick-driven stepper for ``name``, as the env node runs it."""
     spec = env_spec(name)
     return Stepper(env if env is not None else make_env(name), spec.hold, spec.initial_action,
-                   spec.noop_action, spec.success_on_truncation)
+                   spec.noop_action, spec.success_on_truncation, start_plan=start_plan)
 
 
 def make_networked_env(name: str, profile: Profile, seed: int | None = None, plan_horizon: int = 1,
-                       links: tuple[Link, Link] | None = None, env: gym.Env | None = None) -> NetworkedEnv:
-    """``name`` (or ``env``, a variant of it) behind ``profile``'s uplink and downlink, in virtual time."""
+                       links: tuple[Link, Link] | None = None, env: gym.Env | None = None,
+                       start_plan: tuple[int, ...] = ()) -> NetworkedEnv:
+    """``name`` (or ``env``, a variant of it) behind ``profile``'s uplink and downlink, in virtual time.
+
+    ``start_plan`` is the env-side action cycle run until the first plan arrives (default: hold the
+    initial action).
+    """
     spec = env_spec(name)
     uplink, downlink = links if links is not None else profile.make_links(np.random.default_rng(seed))
     inner = env if env is not None else make_env(name)
     return NetworkedEnv(inner, uplink, downlink, spec.dt, profile.compute_ms, spec.hold, spec.noop_action,
-                        spec.initial_action, plan_horizon, spec.success_on_truncation, seed)
+                        spec.initial_action, plan_horizon, spec.success_on_truncation, seed, start_plan)

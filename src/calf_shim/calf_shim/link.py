@@ -3,11 +3,18 @@
 Times are float seconds. A message enters as one `Packet` whose `arrive_s` equals its
 `send_s`; each stage adds delay to it, drops it (returns no packets) or duplicates it
 (returns several). Randomness comes only from the injected generator.
+
+Most stages deliver each message at most once; they subclass `SingleCopyStage` and
+implement `arrival` on plain floats. A chain of only such stages takes a fast path that
+creates no `Packet`. Stages that delay or lose each message independently of the others and of
+time (`IndependentStage`) draw their samples in blocks; a link draws the leading run of them
+together, as one total delay per message.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -31,6 +38,72 @@ class Stage(Protocol):
         """Return the packet's copies: [] = lost, one = delivered, two or more = duplicated."""
 
 
+class SingleCopyStage(ABC):
+    """A stage that delivers each packet once or loses it: `apply` follows from `arrival`."""
+
+    queue_drops = False
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Clear state."""
+
+    @abstractmethod
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        """The packet's new planned arrival, or None if this stage loses it."""
+
+    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
+        arrive_s = self.arrival(packet.send_s, packet.arrive_s, packet.size_bytes, rng)
+        if arrive_s is None:
+            return []
+        packet.arrive_s = arrive_s
+        return [packet]
+
+
+class DrawBuffer:
+    """Values of ``draw(rng, n)`` drawn ``BLOCK`` at a time and handed out one by one.
+
+    The same seed gives the same sequence. Passing another generator (as `Link.reset(rng)` does)
+    discards what is left of the current block.
+    """
+
+    BLOCK = 128
+
+    def __init__(self, draw: Callable[[np.random.Generator, int], np.ndarray]) -> None:
+        self._draw = draw
+        self._rng: np.random.Generator | None = None
+        self._values: list[float] = []
+        self._next = 0
+
+    def take(self, rng: np.random.Generator) -> float:
+        i = self._next
+        if i == len(self._values) or rng is not self._rng:
+            self._rng, self._values, i = rng, self._draw(rng, self.BLOCK).tolist(), 0
+        self._next = i + 1
+        return self._values[i]
+
+
+class IndependentStage(SingleCopyStage):
+    """A stage that delays or loses each packet independently of all others and of time.
+
+    It defines `sample`; `arrival` takes the samples one by one from blocks. Subclasses call
+    `super().__init__()` once their parameters are set.
+    """
+
+    def __init__(self) -> None:
+        self._samples = DrawBuffer(self.sample)
+
+    def reset(self) -> None:
+        """Stateless."""
+
+    @abstractmethod
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` delays in seconds, NaN for a lost packet."""
+
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        delay_s = self._samples.take(rng)
+        return None if delay_s != delay_s else arrive_s + delay_s  # NaN: lost
+
+
 @dataclass
 class LinkCounters:
     """Per-copy counters: sent + duplicated == delivered + dropped_injected + dropped_queue."""
@@ -47,6 +120,13 @@ class Link:
 
     def __init__(self, stages: Sequence[Stage], rng: np.random.Generator, reorder: bool = True) -> None:
         self._stages = tuple(stages)
+        single = all(isinstance(stage, SingleCopyStage) for stage in self._stages)
+        lead = 0  # the leading independent stages are drawn together: one total delay per message (NaN = lost)
+        while single and lead < len(self._stages) and isinstance(self._stages[lead], IndependentStage):
+            lead += 1
+        independent = self._stages[:lead]
+        self._lead = DrawBuffer(lambda rng, n: sum(stage.sample(rng, n) for stage in independent)) if lead else None
+        self._single_chain = tuple((stage.arrival, stage) for stage in self._stages[lead:]) if single else None
         self._rng = rng
         self._reorder = reorder
         self.stats = LinkCounters()
@@ -63,16 +143,32 @@ class Link:
             raise ValueError(f"transmit: send_s must be non-decreasing, got {send_s} after {self._last_send_s}")
         self._last_send_s = send_s
         self.stats.sent += 1
+        if self._single_chain is not None:
+            arrive_s = send_s
+            if self._lead is not None:
+                delay_s = self._lead.take(self._rng)
+                if delay_s != delay_s:  # NaN: lost
+                    self.stats.dropped_injected += 1
+                    return []
+                arrive_s = send_s + delay_s
+            for arrival, stage in self._single_chain:
+                arrive_s = arrival(send_s, arrive_s, size_bytes, self._rng)
+                if arrive_s is None:
+                    self._count_drop(stage)
+                    return []
+            if not self._reorder:
+                if arrive_s < self._last_arrive_s:
+                    arrive_s = self._last_arrive_s
+                self._last_arrive_s = arrive_s
+            self.stats.delivered += 1
+            return [arrive_s]
         packets = [Packet(send_s, send_s, size_bytes)]
         for stage in self._stages:
             out: list[Packet] = []
             for packet in packets:
                 copies = stage.apply(packet, self._rng)
                 if not copies:
-                    if getattr(stage, "queue_drops", False):
-                        self.stats.dropped_queue += 1
-                    else:
-                        self.stats.dropped_injected += 1
+                    self._count_drop(stage)
                 self.stats.duplicated += max(len(copies) - 1, 0)
                 out.extend(copies)
             packets = out
@@ -82,6 +178,12 @@ class Link:
             self._last_arrive_s = arrivals[-1]
         self.stats.delivered += len(arrivals)
         return arrivals
+
+    def _count_drop(self, stage: Stage) -> None:
+        if getattr(stage, "queue_drops", False):
+            self.stats.dropped_queue += 1
+        else:
+            self.stats.dropped_injected += 1
 
     def reset(self, rng: np.random.Generator | None = None) -> None:
         """Clear all stage state and counters; optionally swap the generator (per-episode reseeding)."""

@@ -3,14 +3,15 @@
 Each stage is a small class following `calf_shim.link.Stage`. Constructors validate their
 parameters and raise `ConfigError` naming the parameter and the received value. Delays are
 additive: chain `FixedDelay` with a jitter stage to get a base latency plus jitter.
-Parameters are in milliseconds (`*_ms`); packet times are in seconds.
+Parameters are in milliseconds (`*_ms`); packet times are in seconds. Random numbers are drawn
+in blocks (`DrawBuffer`): the same seed gives the same sequence, at a fraction of the cost of one
+generator call per number.
 
 `build_stage({"model": "gaussian_delay", "mean_ms": 25, "std_ms": 28})` builds a stage from
 a profile spec; `MODELS` maps each model name to its class.
 """
 from __future__ import annotations
 
-import bisect
 import inspect
 import math
 import numbers
@@ -21,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from calf_shim.errors import ConfigError
-from calf_shim.link import Packet, Stage
+from calf_shim.link import DrawBuffer, IndependentStage, Packet, SingleCopyStage, Stage
 
 
 def _number(model: str, name: str, value: Any) -> float:
@@ -51,23 +52,20 @@ def _probability(model: str, name: str, value: Any) -> float:
     return number
 
 
-class FixedDelay:
+class FixedDelay(IndependentStage):
     """Adds a constant latency."""
 
     MODEL = "fixed_delay"
 
     def __init__(self, latency_ms: float) -> None:
         self.latency_s = _non_negative(self.MODEL, "latency_ms", latency_ms) / 1e3
+        super().__init__()
 
-    def reset(self) -> None:
-        """Stateless."""
-
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        packet.arrive_s += self.latency_s
-        return [packet]
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, self.latency_s)
 
 
-class GaussianDelay:
+class GaussianDelay(IndependentStage):
     """Adds N(mean_ms, std_ms) delay, truncated to >= 0 by resampling (not clipping)."""
 
     MODEL = "gaussian_delay"
@@ -75,19 +73,18 @@ class GaussianDelay:
     def __init__(self, mean_ms: float, std_ms: float) -> None:
         self.mean_ms = _non_negative(self.MODEL, "mean_ms", mean_ms)
         self.std_ms = _non_negative(self.MODEL, "std_ms", std_ms)
+        super().__init__()
 
-    def reset(self) -> None:
-        """Stateless."""
-
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        delay_ms = rng.normal(self.mean_ms, self.std_ms)
-        while delay_ms < 0.0:
-            delay_ms = rng.normal(self.mean_ms, self.std_ms)
-        packet.arrive_s += delay_ms / 1e3
-        return [packet]
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        delay_ms = rng.normal(self.mean_ms, self.std_ms, n)
+        negative = np.flatnonzero(delay_ms < 0.0)
+        while negative.size:
+            delay_ms[negative] = rng.normal(self.mean_ms, self.std_ms, negative.size)
+            negative = negative[delay_ms[negative] < 0.0]
+        return delay_ms / 1e3
 
 
-class LogNormalDelay:
+class LogNormalDelay(IndependentStage):
     """Adds median_ms * exp(sigma * Z), Z ~ N(0, 1): median = median_ms, p95 = median_ms * exp(1.645 sigma)."""
 
     MODEL = "lognormal_delay"
@@ -95,16 +92,13 @@ class LogNormalDelay:
     def __init__(self, median_ms: float, sigma: float) -> None:
         self.median_ms = _positive(self.MODEL, "median_ms", median_ms)
         self.sigma = _non_negative(self.MODEL, "sigma", sigma)
+        super().__init__()
 
-    def reset(self) -> None:
-        """Stateless."""
-
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        packet.arrive_s += self.median_ms * math.exp(self.sigma * rng.standard_normal()) / 1e3
-        return [packet]
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.median_ms * np.exp(self.sigma * rng.standard_normal(n)) / 1e3
 
 
-class ParetoDelay:
+class ParetoDelay(IndependentStage):
     """Adds a Pareto (type I) delay with minimum scale_ms and tail index shape.
 
     P(delay > x) = (scale_ms / x) ** shape for x >= scale_ms, so the median is
@@ -117,16 +111,13 @@ class ParetoDelay:
     def __init__(self, scale_ms: float, shape: float) -> None:
         self.scale_ms = _positive(self.MODEL, "scale_ms", scale_ms)
         self.shape = _positive(self.MODEL, "shape", shape)
+        super().__init__()
 
-    def reset(self) -> None:
-        """Stateless."""
-
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        packet.arrive_s += self.scale_ms * (1.0 + rng.pareto(self.shape)) / 1e3
-        return [packet]
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.scale_ms * (1.0 + rng.pareto(self.shape, n)) / 1e3
 
 
-class EmpiricalDelay:
+class EmpiricalDelay(IndependentStage):
     """Adds a delay from a histogram: pick bin i with weight probs[i], then uniform in [bins_ms[i], bins_ms[i+1]).
 
     `bins_ms` are the len(probs) + 1 increasing bin edges; `probs` are normalised to sum 1.
@@ -146,36 +137,35 @@ class EmpiricalDelay:
         total = sum(weights)
         if total <= 0.0:
             raise ConfigError(f"{self.MODEL}: probs must have a positive sum, got {list(probs)}")
-        self.edges_ms = edges
-        self.cumulative = list(np.cumsum(weights) / total)
+        self.edges_ms = np.asarray(edges)
+        self.cumulative = np.cumsum(weights) / total
         self.cumulative[-1] = 1.0
+        super().__init__()
 
-    def reset(self) -> None:
-        """Stateless."""
-
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        i = bisect.bisect_right(self.cumulative, rng.random())
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        i = np.searchsorted(self.cumulative, rng.random(n), side="right")
         low, high = self.edges_ms[i], self.edges_ms[i + 1]
-        packet.arrive_s += (low + (high - low) * rng.random()) / 1e3
-        return [packet]
+        return (low + (high - low) * rng.random(n)) / 1e3
 
 
-class BernoulliLoss:
+class BernoulliLoss(IndependentStage):
     """Drops each packet independently with probability p."""
 
     MODEL = "bernoulli_loss"
 
     def __init__(self, p: float) -> None:
         self.p = _probability(self.MODEL, "p", p)
+        super().__init__()
 
-    def reset(self) -> None:
-        """Stateless."""
-
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        return [] if rng.random() < self.p else [packet]
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.where(rng.random(n) < self.p, np.nan, 0.0)
 
 
-class GilbertElliottLoss:
+def _uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.random(n)
+
+
+class GilbertElliottLoss(SingleCopyStage):
     """Burst loss: a two-state Markov chain stepped once per packet.
 
     Each packet is lost with the current state's loss probability, then the state moves
@@ -196,6 +186,7 @@ class GilbertElliottLoss:
         self.loss_bad = _probability(self.MODEL, "loss_bad", loss_bad)
         self.pi_bad = self.p_good_to_bad / (self.p_good_to_bad + self.p_bad_to_good)
         self._bad: bool | None = None
+        self._uniform = DrawBuffer(_uniforms)
 
     @property
     def loss_rate(self) -> float:
@@ -205,13 +196,14 @@ class GilbertElliottLoss:
     def reset(self) -> None:
         self._bad = None
 
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        uniform = self._uniform
         if self._bad is None:
-            self._bad = bool(rng.random() < self.pi_bad)
-        lost = rng.random() < (self.loss_bad if self._bad else self.loss_good)
-        flip = rng.random() < (self.p_bad_to_good if self._bad else self.p_good_to_bad)
+            self._bad = uniform.take(rng) < self.pi_bad
+        lost = uniform.take(rng) < (self.loss_bad if self._bad else self.loss_good)
+        flip = uniform.take(rng) < (self.p_bad_to_good if self._bad else self.p_good_to_bad)
         self._bad = self._bad != flip
-        return [] if lost else [packet]
+        return None if lost else arrive_s
 
 
 class StallMode(str, Enum):
@@ -219,7 +211,7 @@ class StallMode(str, Enum):
     RANDOM = "random"
 
 
-class Stall:
+class Stall(SingleCopyStage):
     """Link outages: a packet whose arrival falls inside a stall window is released at its end.
 
     Windows last duration_ms and recur every period_ms (or 1000 / rate_hz) on average, timed
@@ -254,6 +246,7 @@ class Stall:
             self.mode = StallMode(mode)
         except ValueError:
             raise ConfigError(f"{self.MODEL}: mode must be 'periodic' or 'random', got {mode!r}") from None
+        self._periodic = self.mode is StallMode.PERIODIC
         self.reset()
 
     def reset(self) -> None:
@@ -261,34 +254,33 @@ class Stall:
         self._windows: deque[tuple[float, float]] = deque()
         self._next_start_s = math.inf
 
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
         if self._origin_s is None:
-            self._origin_s = packet.send_s
-            if self.mode is StallMode.RANDOM:
-                self._next_start_s = packet.send_s + self._gap(rng)
-        t = packet.arrive_s
-        if self.mode is StallMode.PERIODIC:
+            self._origin_s = send_s
+            if not self._periodic:
+                self._next_start_s = send_s + self._gap(rng)
+        t = arrive_s
+        if self._periodic:
             into = (t - self._origin_s) % self.period_s
             if into >= self.period_s - self.duration_s:
-                packet.arrive_s = t - into + self.period_s
-            return [packet]
+                return t - into + self.period_s
+            return t
         while self._next_start_s <= t:
             end = self._next_start_s + self.duration_s
             self._windows.append((self._next_start_s, end))
             self._next_start_s = end + self._gap(rng)
-        while self._windows and self._windows[0][1] <= packet.send_s:
+        while self._windows and self._windows[0][1] <= send_s:
             self._windows.popleft()  # later packets arrive after this send, so never in these windows
         for start, end in self._windows:
             if start <= t < end:
-                packet.arrive_s = end
-                break
-        return [packet]
+                return end
+        return t
 
     def _gap(self, rng: np.random.Generator) -> float:
         return rng.exponential(self.period_s - self.duration_s)
 
 
-class Bandwidth:
+class Bandwidth(SingleCopyStage):
     """A rate-limited FIFO: serialisation delay size * 8 / rate plus a bounded queue with tail drop.
 
     queue_packets is how many packets may wait behind the one being serialised; a packet
@@ -310,17 +302,17 @@ class Bandwidth:
         self._departures: deque[float] = deque()  # finish times of packets still in the system
         self._last_in_s = -math.inf
 
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        t = max(packet.arrive_s, self._last_in_s)
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        t = max(arrive_s, self._last_in_s)
         self._last_in_s = t
         while self._departures and self._departures[0] <= t:
             self._departures.popleft()
         if len(self._departures) > self.queue_packets:
-            return []
+            return None
         start = self._departures[-1] if self._departures else t
-        packet.arrive_s = start + packet.size_bytes * 8 / self.bits_per_s
-        self._departures.append(packet.arrive_s)
-        return [packet]
+        done_s = start + size_bytes * 8 / self.bits_per_s
+        self._departures.append(done_s)
+        return done_s
 
 
 class Duplicate:
@@ -331,12 +323,13 @@ class Duplicate:
     def __init__(self, p: float, extra_delay_ms: float) -> None:
         self.p = _probability(self.MODEL, "p", p)
         self.extra_delay_s = _non_negative(self.MODEL, "extra_delay_ms", extra_delay_ms) / 1e3
+        self._uniform = DrawBuffer(_uniforms)
 
     def reset(self) -> None:
         """Stateless."""
 
     def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
-        if rng.random() >= self.p:
+        if self._uniform.take(rng) >= self.p:
             return [packet]
         return [packet, Packet(packet.send_s, packet.arrive_s + self.extra_delay_s, packet.size_bytes)]
 
@@ -346,7 +339,7 @@ class TraceMode(str, Enum):
     RANDOM_OFFSET = "random_offset"
 
 
-class TraceReplay:
+class TraceReplay(SingleCopyStage):
     """Replays recorded per-message delays and losses in order, wrapping around at the end.
 
     'loop' starts at the first record after every reset; 'random_offset' starts at a record
@@ -375,15 +368,14 @@ class TraceReplay:
     def reset(self) -> None:
         self._index = None
 
-    def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
         if self._index is None:
             self._index = int(rng.integers(len(self.delays_s))) if self.mode is TraceMode.RANDOM_OFFSET else 0
         i = self._index
         self._index = (i + 1) % len(self.delays_s)
         if self.lost[i]:
-            return []
-        packet.arrive_s += self.delays_s[i]
-        return [packet]
+            return None
+        return arrive_s + self.delays_s[i]
 
 
 MODELS: dict[str, type] = {

@@ -10,12 +10,13 @@ column ``j`` is 1 if element ``j`` of the plan sent ``l`` decisions earlier in t
 the plan passed to this ``step``) was applied on a tick of this step. A trainer ORs the rows into its
 earlier steps to learn only from executed elements. Executions more than H decisions late are not
 reported.
+
+:mod:`calf_shim.vector_networked` applies the same rules to many CartPoles at once, in numpy.
 """
 from __future__ import annotations
 
-import heapq
 import itertools
-from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from typing import Any
 
 import gymnasium as gym
@@ -28,13 +29,9 @@ _ACTION, _OBS, _POLICY_FREE = 0, 2, 3
 _TICK = 1  # ranks between action arrivals and deliveries that share a timestamp
 MESSAGE_OVERHEAD_BYTES = 64
 
-
-@dataclass(order=True)
-class _Event:
-    time_ns: int  # integer nanoseconds, so that equal times compare equal
-    rank: int
-    order: int
-    payload: Any = field(compare=False)
+_Event = tuple[int, int, int, Any]
+"""(time_ns, rank, order, payload): integer nanoseconds, so that equal times compare equal; ``order``
+is unique, so the payload is never compared."""
 
 
 class NetworkedEnv(gym.Env):
@@ -45,7 +42,7 @@ class NetworkedEnv(gym.Env):
     def __init__(self, env: gym.Env, uplink: Link, downlink: Link, dt: float, compute_ms: float = 0.0,
                  hold: str | HoldMode = HoldMode.LAST, noop_action: int | None = None,
                  initial_action: int = 0, plan_horizon: int = 1, success_on_truncation: bool = False,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, start_plan: tuple[int, ...] = ()) -> None:
         if dt <= 0:
             raise ValueError(f'dt must be > 0, got {dt}')
         if compute_ms < 0:
@@ -57,14 +54,16 @@ class NetworkedEnv(gym.Env):
         self.env, self.uplink, self.downlink = env, uplink, downlink
         self.dt, self.plan_horizon = dt, plan_horizon
         self._dt_ns, self._compute_ns = _to_ns(dt), _to_ns(compute_ms / 1e3)
-        self.stepper = Stepper(env, HoldMode(hold), initial_action, noop_action, success_on_truncation)
+        self.stepper = Stepper(env, HoldMode(hold), initial_action, noop_action, success_on_truncation,
+                               start_plan=tuple(start_plan))
         n = int(env.action_space.n)
         self.observation_space = env.observation_space
         self.action_space = (gym.spaces.Discrete(n) if plan_horizon == 1
                              else gym.spaces.MultiDiscrete([n] * plan_horizon))
         self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(env.observation_space.shape or (1,)))
         self._action_bytes = MESSAGE_OVERHEAD_BYTES + 8 * plan_horizon
-        self._master_rng = np.random.default_rng(seed)
+        self._seed = seed
+        self._seeded = False
         self._events: list[_Event] = []
         self._order = itertools.count()
         self._gate = ObservationGate()
@@ -75,16 +74,25 @@ class NetworkedEnv(gym.Env):
         self._reward = 0.0
         self._ticks = 0
         self._e2e_seen = 0
+        self._e2e_ms: list[float] = []
         self._ended: ObsRecord | None = None
         self._decision_of: dict[int, int] = {}  # obs_seq -> index of the decision that answered it
-        self._executed = np.zeros((plan_horizon + 1, plan_horizon), dtype=np.uint8)
+        self._executed_shape = (plan_horizon + 1, plan_horizon)
+        self._executed = self._no_executed()
         self.obs_lost = self.actions_lost = 0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        """Start an episode. A ``seed`` (or, on the first reset, the constructor's) reseeds the links and
+        the env; otherwise their generators continue from the previous episode."""
         super().reset(seed=seed)
-        if seed is not None:
-            self._master_rng = np.random.default_rng(seed)
-        up_rng, down_rng = self._master_rng.spawn(2)
+        up_rng = down_rng = None
+        env_seed = None
+        if seed is not None or not self._seeded:
+            master = np.random.default_rng(self._seed if seed is None else seed)
+            up_rng, down_rng = master.spawn(2)
+            if seed is not None:
+                env_seed = int(master.integers(2**31))
+            self._seeded = True
         self.uplink.reset(up_rng)
         self.downlink.reset(down_rng)
         self._events.clear()
@@ -92,105 +100,112 @@ class NetworkedEnv(gym.Env):
         self._waiting, self._ended = None, None
         self._busy_until_ns, self._reward, self._ticks, self._e2e_seen = 0, 0.0, 0, 0
         self._decision_of.clear()
-        self._executed[:] = 0
+        self._executed = self._no_executed()
         self.obs_lost = self.actions_lost = 0
-        env_seed = None if seed is None else int(self._master_rng.integers(2**31))
-        self._send_observation(self.stepper.reset(0.0, seed=env_seed))
-        record = self._advance()
+        first = self.stepper.reset(0.0, seed=env_seed)
+        self._e2e_ms = self.stepper.e2e_ms  # this episode's list, appended to as actions arrive
+        record = self._advance(first)
         return record.obs, self._info(record)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._ended is None:
             assert self._decision is not None, 'step() before reset()'
-            self._send_action(self._decision, self._as_plan(action))
+            plan = [action] if type(action) is int else self._as_plan(action)
+            self._send_action(self._decision, plan)
             record = self._advance()
         else:
             record = self._ended
         reward = self._reward
         info = self._info(record)
-        self._reward, self._ticks = 0.0, 0
-        self._executed[:] = 0
+        self._reward = 0.0
+        self._ticks = 0
         if self._ended is not None:
             summary = self.stepper.finish()
             info.update(episode_e2e_ms=tuple(summary.e2e_ms), success=summary.success,
                         ticks_held=summary.ticks_held)
-        return record.obs, reward, record.terminated, record.truncated, info
+        _, _, _, obs, _, terminated, truncated, _ = record
+        return obs, reward, terminated, truncated, info
 
     def _as_plan(self, action: Any) -> list[int]:
         if self.plan_horizon == 1:
+            if isinstance(action, (int, np.integer)):
+                return [int(action)]
             return [int(np.asarray(action).reshape(-1)[0])]
         return [int(a) for a in np.asarray(action).reshape(-1)]
 
-    def _advance(self) -> ObsRecord:
-        """Run virtual time until the agent must decide or the episode ends."""
+    def _no_executed(self) -> np.ndarray:
+        return np.zeros(self._executed_shape, np.uint8)
+
+    def _advance(self, emitted: ObsRecord | None = None) -> ObsRecord:
+        """Send ``emitted`` (if given), then run virtual time until the agent must decide or the episode ends.
+
+        Events due before the next tick are handled first, in (time, rank, order) order.
+        """
+        events, stepper, dt_ns, gate = self._events, self.stepper, self._dt_ns, self._gate
         while True:
-            next_tick_ns = (self.stepper.tick_index + 1) * self._dt_ns
-            if self._events and (self._events[0].time_ns, self._events[0].rank) < (next_tick_ns, _TICK):
-                decided = self._handle(heapq.heappop(self._events))
-                if decided is not None:
-                    return decided
-                continue
-            record = self.stepper.tick(next_tick_ns / 1e9)
-            self._mark_executed(record)
-            self._reward += record.reward
-            self._ticks += 1
-            if record.terminated or record.truncated:
-                self._ended = record
+            if emitted is not None:
+                arrivals = self.uplink.transmit(emitted.stamp_s, self._obs_bytes)
+                if not arrivals:
+                    self.obs_lost += 1
+                for arrive_s in arrivals:
+                    heappush(events, (round(arrive_s * 1e9), _OBS, next(self._order), emitted))
+            next_tick_ns = (stepper.tick_index + 1) * dt_ns
+            due = (next_tick_ns, _TICK)
+            while events and events[0] < due:
+                time_ns, rank, _, record = heappop(events)
+                if rank == _ACTION:
+                    obs_seq, episode, plan = record
+                    stepper.on_action(obs_seq, episode, plan, time_ns / 1e9)
+                    continue
+                if rank == _POLICY_FREE:
+                    record = self._waiting
+                    if record is None:
+                        continue
+                seq = record.seq
+                if seq <= gate.last_seq:
+                    continue
+                if time_ns < self._busy_until_ns:  # the policy is still computing: keep the newest arrival
+                    if self._waiting is None or rank == _POLICY_FREE:
+                        heappush(events, (self._busy_until_ns, _POLICY_FREE, next(self._order), None))
+                    self._waiting = record
+                    continue
+                self._waiting = None
+                gate.admit(record.episode, seq)
+                self._decision, self._decision_ns = record, time_ns
                 return record
-            self._send_observation(record)
-
-    def _mark_executed(self, record: ObsRecord) -> None:
-        applied = record.applied
-        if applied is None or applied.index < 0 or applied.plan_seq not in self._decision_of:
-            return
-        lag = len(self._decision_of) - 1 - self._decision_of[applied.plan_seq]
-        if lag <= self.plan_horizon:
-            self._executed[lag, applied.index] = 1
-
-    def _handle(self, event: _Event) -> ObsRecord | None:
-        if event.rank == _ACTION:
-            obs_seq, episode, plan = event.payload
-            self.stepper.on_action(obs_seq, episode, plan, event.time_ns / 1e9)
-            return None
-        record: ObsRecord | None = event.payload if event.rank == _OBS else self._waiting
-        if record is None or record.seq <= self._gate.last_seq:
-            return None
-        if event.time_ns < self._busy_until_ns:
-            if self._waiting is None or event.rank == _POLICY_FREE:
-                self._push(self._busy_until_ns, _POLICY_FREE, None)
-            self._waiting = record
-            return None
-        self._waiting = None
-        self._gate.admit(record.episode, record.seq)
-        self._decision, self._decision_ns = record, event.time_ns
-        return record
-
-    def _send_observation(self, record: ObsRecord) -> None:
-        arrivals = self.uplink.transmit(record.stamp_s, self._obs_bytes)
-        self.obs_lost += not arrivals
-        for arrive_s in arrivals:
-            self._push(_to_ns(arrive_s), _OBS, record)
+            emitted = stepper.tick(next_tick_ns / 1e9)
+            _, _, _, _, reward, terminated, truncated, (_, plan_seq, index, _) = emitted
+            if index >= 0 and plan_seq in self._decision_of:  # element index of that plan ran: info['executed']
+                lag = len(self._decision_of) - 1 - self._decision_of[plan_seq]
+                if lag <= self.plan_horizon:
+                    self._executed[lag, index] = 1
+            self._reward += reward
+            self._ticks += 1
+            if terminated or truncated:
+                self._ended = emitted
+                return emitted
 
     def _send_action(self, record: ObsRecord, plan: list[int]) -> None:
         self._decision_of[record.seq] = len(self._decision_of)
         send_ns = self._decision_ns + self._compute_ns
         self._busy_until_ns = send_ns
         arrivals = self.downlink.transmit(send_ns / 1e9, self._action_bytes)
-        self.actions_lost += not arrivals
+        if not arrivals:
+            self.actions_lost += 1
+        payload = (record.seq, record.episode, plan)
         for arrive_s in arrivals:
-            self._push(_to_ns(arrive_s), _ACTION, (record.seq, record.episode, plan))
-
-    def _push(self, time_ns: int, rank: int, payload: Any) -> None:
-        heapq.heappush(self._events, _Event(time_ns, rank, next(self._order), payload))
+            heappush(self._events, (round(arrive_s * 1e9), _ACTION, next(self._order), payload))
 
     def _info(self, record: ObsRecord) -> dict:
-        e2e = self.stepper.e2e_ms
-        new_e2e = tuple(e2e[self._e2e_seen:])  # a tuple: vector envs merge it into an object array
+        """This step's info; hands over the ``executed`` matrix and starts a fresh one."""
+        e2e = self._e2e_ms  # a tuple of the new ones: vector envs merge it into an object array
+        new_e2e = tuple(e2e[self._e2e_seen:]) if len(e2e) > self._e2e_seen else ()
         self._e2e_seen = len(e2e)
+        executed, self._executed = self._executed, self._no_executed()
         return {'ticks': self._ticks, 'e2e_ms': new_e2e, 'obs_seq': record.seq,
                 'obs_age_ms': (self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
-                'executed': self._executed.copy()}
+                'executed': executed}
 
 
 def _to_ns(seconds: float) -> int:

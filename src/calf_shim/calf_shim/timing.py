@@ -9,6 +9,8 @@ so that a policy meets the same timing in training as over DDS (DESIGN.md, "Timi
   tick ``s + 1 + j``. A plan whose ticks have all passed when it first applies runs its last
   element once. When a plan runs out, the env holds its last element (``HoldMode.LAST``, the
   zero-order hold) or takes a no-op (``HoldMode.NOOP``). A one-element plan is a single action.
+- Before the first plan of an episode arrives the env holds its initial action or, when it is
+  given a start plan, cycles through that: tick k applies ``start_plan[(k - 1) % len(start_plan)]``.
 - A plan answering an older observation than the newest one applied is discarded.
 - The end-to-end latency of step s is the arrival time of its action minus the stamp of
   observation s, both read on the env side.
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+
+from calf_shim.errors import ConfigError
 
 
 class HoldMode(enum.Enum):
@@ -45,6 +49,11 @@ class Verdict(enum.Enum):
     INVALID = 'invalid'
 
 
+# Per-tick shortcuts: enum member lookups are slow, and tuple.__new__ builds a NamedTuple without its
+# Python-level constructor.
+_ACCEPTED, _STALE, _DUPLICATE = Verdict.ACCEPTED, Verdict.STALE, Verdict.DUPLICATE
+_new = tuple.__new__
+
 class AppliedAction(NamedTuple):
     """The action applied at one tick and where it came from."""
 
@@ -61,6 +70,7 @@ class PlanExecutor:
     hold: HoldMode
     initial_action: int
     noop_action: int | None = None
+    start_plan: tuple[int, ...] = ()  # a policy-free action cycle run until the first plan arrives
     _plan: tuple[int, ...] = ()
     _plan_seq: int = -1
     _first_tick: int | None = None
@@ -84,34 +94,31 @@ class PlanExecutor:
     def offer(self, obs_seq: int, plan: Sequence[int]) -> Verdict:
         """Take a plan if it answers a newer observation than the current one."""
         if obs_seq < self._plan_seq:
-            return Verdict.STALE
+            return _STALE
         if obs_seq == self._plan_seq:
-            return Verdict.DUPLICATE
+            return _DUPLICATE
         self._plan, self._plan_seq, self._first_tick = tuple(plan), obs_seq, None
-        return Verdict.ACCEPTED
+        return _ACCEPTED
 
     def action_for_tick(self, tick: int) -> AppliedAction:
         """The action to apply at ``tick`` (>= 1)."""
-        if self._plan_seq < 0:
-            return AppliedAction(self._hold_action(), -1, -1, True)
-        first_use = self._first_tick is None
-        if first_use:
-            self._first_tick = tick
-        index = tick - self._plan_seq - 1
-        if index < len(self._plan):
-            return self._apply(self._plan[index], index, held=False)
-        if first_use:
-            return self._apply(self._plan[-1], len(self._plan) - 1, held=False)
-        return AppliedAction(self._hold_action(), self._plan_seq, -1, True)
-
-    def _apply(self, action: int, index: int, held: bool) -> AppliedAction:
-        self._last_action = int(action)
-        return AppliedAction(self._last_action, self._plan_seq, index, held)
-
-    def _hold_action(self) -> int:
+        plan, plan_seq = self._plan, self._plan_seq
+        if plan_seq >= 0:
+            first_use = self._first_tick is None
+            if first_use:
+                self._first_tick = tick
+            index = tick - plan_seq - 1
+            if index >= len(plan) and first_use:
+                index = len(plan) - 1
+            if index < len(plan):
+                self._last_action = action = int(plan[index])
+                return _new(AppliedAction, (action, plan_seq, index, False))
+        elif self.start_plan:
+            self._last_action = action = self.start_plan[(tick - 1) % len(self.start_plan)]
+            return AppliedAction(action, -1, -1, True)
         if self.hold is HoldMode.NOOP:
-            return int(self.noop_action)  # type: ignore[arg-type]
-        return self._last_action
+            return AppliedAction(int(self.noop_action), plan_seq, -1, True)  # type: ignore[arg-type]
+        return _new(AppliedAction, (self._last_action, plan_seq, -1, True))
 
 
 class ObsRecord(NamedTuple):
@@ -159,6 +166,7 @@ class Stepper:
     success_on_truncation: bool = False  # True: surviving to the time limit is success (CartPole);
     # False: ending in a terminal state with positive reward is (MiniGrid)
     stamp_memory: int = 4096
+    start_plan: tuple[int, ...] = ()  # see PlanExecutor
     executor: PlanExecutor = field(init=False)
     episode: int = field(init=False, default=-1)
     tick_index: int = field(init=False, default=0)
@@ -168,8 +176,10 @@ class Stepper:
     _success: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.executor = PlanExecutor(self.hold, self.initial_action, self.noop_action)
         self.n_actions = int(self.env.action_space.n)
+        if self.start_plan and not _valid_plan(self.start_plan, self.n_actions):
+            raise ConfigError(f'start_plan {list(self.start_plan)} has actions outside 0..{self.n_actions - 1}')
+        self.executor = PlanExecutor(self.hold, self.initial_action, self.noop_action, tuple(self.start_plan))
 
     def reset(self, now_s: float, seed: int | None = None) -> ObsRecord:
         """Start a new episode at ``now_s`` and return observation 0."""
@@ -183,7 +193,7 @@ class Stepper:
 
     def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float) -> Verdict:
         """Handle an action message arriving at ``now_s``."""
-        if not plan or any(not _valid_action(a, self.n_actions) for a in plan):
+        if not _valid_plan(plan, self.n_actions):
             self._count_rejected()
             return Verdict.INVALID
         if episode != self.episode or self.done:
@@ -192,30 +202,34 @@ class Stepper:
         if stamp is None:
             return Verdict.UNKNOWN_OBSERVATION
         verdict = self.executor.offer(obs_seq, plan)
-        if verdict is not Verdict.DUPLICATE and self._summary is not None:
-            self._summary.e2e_ms.append((now_s - stamp) * 1e3)
-            if verdict is Verdict.ACCEPTED:
-                self._summary.actions_applied += 1
+        summary = self._summary
+        if verdict is not _DUPLICATE and summary is not None:
+            summary.e2e_ms.append((now_s - stamp) * 1e3)
+            if verdict is _ACCEPTED:
+                summary.actions_applied += 1
         return verdict
 
     def tick(self, now_s: float) -> ObsRecord:
         """Apply the action for the next tick, step the env and emit the observation."""
         if self.done:
             raise RuntimeError('tick() after the episode ended: call reset() first')
-        self.tick_index += 1
-        applied = self.executor.action_for_tick(self.tick_index)
-        obs, reward, terminated, truncated, info = self.env.step(applied.action)
+        self.tick_index = tick = self.tick_index + 1
+        applied = self.executor.action_for_tick(tick)
+        obs, reward, terminated, truncated, _ = self.env.step(applied.action)
+        reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
         summary = self._summary
         assert summary is not None
-        summary.episode_return += float(reward)
-        summary.length = self.tick_index
-        summary.ticks_held += int(applied.held)
-        if self.success_on_truncation:
-            self._success = bool(truncated and not terminated)
-        else:
-            self._success = bool(terminated and reward > 0)
-        self.done = bool(terminated or truncated)
-        return self._emit(obs, now_s, float(reward), bool(terminated), bool(truncated), applied)
+        summary.episode_return += reward
+        summary.length = tick
+        if applied.held:
+            summary.ticks_held += 1
+        self.done = terminated or truncated
+        if self.done:
+            if self.success_on_truncation:
+                self._success = truncated and not terminated
+            else:
+                self._success = terminated and reward > 0
+        return self._emit(obs, now_s, reward, terminated, truncated, applied)
 
     @property
     def e2e_ms(self) -> list[float]:
@@ -230,19 +244,24 @@ class Stepper:
 
     def _emit(self, obs: Any, now_s: float, reward: float, terminated: bool, truncated: bool,
               applied: AppliedAction | None) -> ObsRecord:
-        self._stamps[self.tick_index] = now_s
-        if len(self._stamps) > self.stamp_memory:
-            self._stamps.popitem(last=False)
-        return ObsRecord(self.tick_index, self.episode, now_s, np.asarray(obs, dtype=np.float32), reward,
-                         terminated, truncated, applied)
+        stamps = self._stamps
+        stamps[self.tick_index] = now_s
+        if len(stamps) > self.stamp_memory:
+            stamps.popitem(last=False)
+        return _new(ObsRecord, (self.tick_index, self.episode, now_s, np.asarray(obs, dtype=np.float32), reward,
+                                terminated, truncated, applied))
 
     def _count_rejected(self) -> None:
         if self._summary is not None:
             self._summary.rejected += 1
 
 
-def _valid_action(action: Any, n_actions: int) -> bool:
-    return isinstance(action, (int, np.integer)) and 0 <= int(action) < n_actions
+def _valid_plan(plan: Sequence[Any], n_actions: int) -> bool:
+    """True if ``plan`` is non-empty and every element is an integer action in [0, n_actions)."""
+    for action in plan:
+        if not (isinstance(action, (int, np.integer)) and 0 <= action < n_actions):
+            return False
+    return len(plan) > 0
 
 
 @dataclass

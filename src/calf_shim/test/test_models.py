@@ -136,6 +136,28 @@ def test_same_seed_same_sequence_and_reset_reproduces():
     assert send_all(Link(chain(), rng(43)), times) != first
 
 
+def test_leading_independent_stages_are_drawn_together_like_stage_by_stage():
+    def chain() -> list:
+        return [FixedDelay(5.0), GaussianDelay(25.0, 28.0), BernoulliLoss(0.1)]
+
+    n = 20000
+    link = Link(chain(), rng(3))
+    together = [link.transmit(0.0) for _ in range(n)]
+    stages, g, apart = chain(), rng(4), []
+    for _ in range(n):
+        packets = [Packet(0.0, 0.0, 64)]
+        for stage in stages:
+            packets = [copy for packet in packets for copy in stage.apply(packet, g)]
+        apart.append([packet.arrive_s for packet in packets])
+    lost = sum(not arrivals for arrivals in together)
+    assert link.stats.dropped_injected == lost and link.stats.delivered == n - lost
+    assert lost / n == pytest.approx(sum(not arrivals for arrivals in apart) / n, abs=0.01)
+    delays = [np.concatenate([a for a in runs if a]) for runs in (together, apart)]
+    assert delays[0].min() >= 0.005 and stats.ks_2samp(*delays).pvalue > 0.01
+    link.reset(rng(3))
+    assert [link.transmit(0.0) for _ in range(n)] == together
+
+
 def test_gaussian_truncated_by_resampling():
     sample = delays_ms(GaussianDelay(25.0, 28.0), 20000)
     assert sample.min() >= 0.0

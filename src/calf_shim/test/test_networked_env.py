@@ -103,6 +103,24 @@ def test_same_seed_same_trajectory_and_reset_clears_in_flight_messages() -> None
     assert returns(3) != returns(4)
 
 
+def test_unseeded_resets_continue_the_seeded_generators() -> None:
+    """Episodes after reset() without a seed (as vector envs autoreset) are still fixed by the first seed."""
+    def lengths(seed: int) -> list[int]:
+        env = make_networked_env('cartpole', load_profile('full_net_aware'), seed=seed)
+        env.reset(seed=seed)
+        out, steps = [], 0
+        while len(out) < 5:
+            _, _, terminated, truncated, _ = env.step(steps % 2)
+            steps += 1
+            if terminated or truncated:
+                out.append(steps)
+                env.reset()
+        return out
+
+    assert lengths(5) == lengths(5)
+    assert lengths(5) != lengths(6)
+
+
 def test_env_checker_passes_for_cartpole_and_minigrid() -> None:
     check_env(make_networked_env('cartpole', load_profile('wifi_normal'), seed=0), skip_render_check=True)
     check_env(make_networked_env('minigrid', load_profile('wifi_normal'), seed=0), skip_render_check=True)

@@ -1,0 +1,468 @@
+"""The many-env fast path: ``VectorNetworkedCartPole``, N networked CartPoles stepped in numpy.
+
+It runs ``num_envs`` copies of CartPole-v1 (gymnasium's physics in the same float64 operations,
+its termination and its 500-tick truncation) behind per-env simulated links, in virtual time,
+under the timing rules of :mod:`calf_shim.timing` exactly as :class:`~calf_shim.networked_env.NetworkedEnv`
+applies them: one decision per observation delivered, the reward summed over the ticks since the
+previous decision, plans executed by tick index with a zero-order hold (or the start plan before the
+first one), stale observations skipped and stale plans discarded, and the end-to-end latency read on
+the env side. Each env handles its events one at a time in NetworkedEnv's order (time, then action
+arrival < tick < observation delivery < policy free); all envs do so at once, in arrays, and a step
+ends when every env has reached its next decision. Episodes reset in the same step (gymnasium's
+``AutoresetMode.SAME_STEP``: ``info['final_obs']`` and ``info['final_info']``).
+
+The per-env ``info`` arrays match NetworkedEnv's keys (``ticks``, ``obs_seq``, ``obs_age_ms``,
+``obs_lost``, ``actions_lost``, ``executed``); ``e2e_ms`` holds every end-to-end latency measured
+during the step, flat, with the env of each in ``e2e_env``. ``final_info`` adds ``success`` and
+``ticks_held``.
+
+The links draw their random numbers in blocks from one generator per direction: a seed gives a
+deterministic run, but not NetworkedEnv's sequence, so the two agree exactly under fixed delays
+and trace replay and in distribution otherwise. Supported models: fixed, Gaussian, log-normal,
+Pareto and empirical delays, Bernoulli and Gilbert-Elliott loss, trace replay, FIFO or reordering.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from calf_shim.errors import ConfigError
+from calf_shim.link import IndependentStage
+from calf_shim.models import MODELS, GilbertElliottLoss, TraceMode, TraceReplay, build_stage
+from calf_shim.profiles import Profile
+
+_SUPPORTED = (IndependentStage, GilbertElliottLoss, TraceReplay)
+_EMPTY = np.iinfo(np.int64).max  # a free message slot
+_SEQ_BITS = 16  # a slot's key is arrival_ns << _SEQ_BITS | seq: the earliest first, ties by sequence number
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_NEVER = _EMPTY >> _SEQ_BITS  # later than any event (about 39 hours of virtual time)
+
+
+class CartPoleBatch:
+    """N CartPole-v1 copies as arrays, with gymnasium's constants and float64 operations.
+
+    Env ``i`` draws its initial states from its own generator, seeded like gymnasium's env.
+    """
+
+    GRAVITY, MASSCART, MASSPOLE, LENGTH, FORCE_MAG, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    TOTAL_MASS = MASSPOLE + MASSCART
+    POLEMASS_LENGTH = MASSPOLE * LENGTH
+    THETA_LIMIT = 12 * 2 * math.pi / 360
+    X_LIMIT = 2.4
+    MAX_STEPS = 500  # CartPole-v1's TimeLimit
+    HIGH = np.array([X_LIMIT * 2, np.inf, THETA_LIMIT * 2, np.inf], dtype=np.float32)
+
+    def __init__(self, num_envs: int) -> None:
+        self.state = np.zeros((num_envs, 4))
+        self._rngs = [np.random.default_rng() for _ in range(num_envs)]
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        self._rngs = [np.random.default_rng(seed) for seed in seeds]
+
+    def reset(self, idx: np.ndarray) -> np.ndarray:
+        """Start new episodes in envs ``idx``; return their observations."""
+        for i in idx:
+            self.state[i] = self._rngs[i].uniform(low=-0.05, high=0.05, size=(4,))
+        return self.state[idx].astype(np.float32)
+
+    def step(self, idx: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Apply ``action`` (0 or 1) in envs ``idx``; return their observations and termination flags."""
+        x, x_dot, theta, theta_dot = self.state[idx].T
+        force = np.where(action == 1, self.FORCE_MAG, -self.FORCE_MAG)
+        costheta, sintheta = np.cos(theta), np.sin(theta)
+        temp = (force + self.POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / self.TOTAL_MASS
+        thetaacc = (self.GRAVITY * sintheta - costheta * temp) / (
+            self.LENGTH * (4.0 / 3.0 - self.MASSPOLE * np.square(costheta) / self.TOTAL_MASS))
+        xacc = temp - self.POLEMASS_LENGTH * thetaacc * costheta / self.TOTAL_MASS
+        state = np.stack([x + self.TAU * x_dot, x_dot + self.TAU * xacc,
+                          theta + self.TAU * theta_dot, theta_dot + self.TAU * thetaacc], axis=1)
+        self.state[idx] = state
+        terminated = (np.abs(state[:, 0]) > self.X_LIMIT) | (np.abs(state[:, 2]) > self.THETA_LIMIT)
+        return state.astype(np.float32), terminated
+
+
+class BatchLink:
+    """One direction of a profile's link for ``num_envs`` envs; each call sends one message per env given."""
+
+    def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int) -> None:
+        self._stages = [build_stage(spec) for spec in specs]
+        for stage in self._stages:
+            if not isinstance(stage, _SUPPORTED):
+                names = ', '.join(name for name, cls in MODELS.items() if issubclass(cls, _SUPPORTED))
+                raise ConfigError(f'the vector fast path does not support model {stage.MODEL!r} (supported: {names})')
+        # per-env state of stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started
+        self._states = [np.full(num_envs, -1, np.int64) for _ in self._stages]
+        self._reorder = reorder
+        self._last_arrive = np.full(num_envs, -np.inf)
+        self._rng = np.random.default_rng()
+
+    def reset(self, idx: np.ndarray, rng: np.random.Generator | None = None) -> None:
+        """Clear the state of envs ``idx``; optionally swap the generator."""
+        for state in self._states:
+            state[idx] = -1
+        self._last_arrive[idx] = -np.inf
+        if rng is not None:
+            self._rng = rng
+
+    def send(self, idx: np.ndarray, send_s: np.ndarray) -> np.ndarray:
+        """Arrival times (integer ns) of messages sent by envs ``idx`` at ``send_s``; -1 where lost."""
+        arrive = send_s.copy()
+        alive = np.ones(len(idx), dtype=bool)
+        for stage, state in zip(self._stages, self._states):
+            live = np.flatnonzero(alive)
+            if live.size:
+                lost = self._apply(stage, state, idx[live], live, arrive)
+                alive[live[lost]] = False
+        if not self._reorder:
+            live, envs = np.flatnonzero(alive), idx[alive]
+            arrive[live] = self._last_arrive[envs] = np.maximum(arrive[live], self._last_arrive[envs])
+        return np.where(alive, np.rint(arrive * 1e9).astype(np.int64), -1)
+
+    def _apply(self, stage: Any, state: np.ndarray, envs: np.ndarray, live: np.ndarray,
+               arrive: np.ndarray) -> np.ndarray:
+        """Apply ``stage`` to the messages at ``live`` (from ``envs``); return which of them it loses."""
+        n, rng = len(live), self._rng
+        if isinstance(stage, IndependentStage):
+            delay_s = stage.sample(rng, n)
+            lost = np.isnan(delay_s)
+            arrive[live] += np.where(lost, 0.0, delay_s)
+        elif isinstance(stage, GilbertElliottLoss):  # per-env state, as the scalar stage keeps per link
+            bad = state[envs]
+            fresh = bad < 0
+            bad[fresh] = rng.random(int(fresh.sum())) < stage.pi_bad
+            is_bad = bad == 1
+            lost = rng.random(n) < np.where(is_bad, stage.loss_bad, stage.loss_good)
+            flip = rng.random(n) < np.where(is_bad, stage.p_bad_to_good, stage.p_good_to_bad)
+            state[envs] = is_bad != flip
+        else:  # TraceReplay: per-env position
+            pos = state[envs]
+            fresh = pos < 0
+            if stage.mode is TraceMode.RANDOM_OFFSET:
+                pos[fresh] = rng.integers(len(stage.delays_s), size=int(fresh.sum()))
+            else:
+                pos[fresh] = 0
+            state[envs] = (pos + 1) % len(stage.delays_s)
+            lost = np.asarray(stage.lost)[pos]
+            arrive[live] += np.asarray(stage.delays_s)[pos]
+        return lost
+
+
+class VectorNetworkedCartPole(VectorEnv):
+    """``num_envs`` CartPoles, each behind ``profile``'s links, as one gymnasium VectorEnv (see the module doc).
+
+    Actions are ``int`` per env, or plans of ``plan_horizon`` actions (``MultiDiscrete``).
+    """
+
+    metadata = {'autoreset_mode': AutoresetMode.SAME_STEP}
+
+    def __init__(self, num_envs: int, profile: Profile, plan_horizon: int = 1,
+                 start_plan: Sequence[int] = (), initial_action: int = 0) -> None:
+        if num_envs < 1 or plan_horizon < 1:
+            raise ValueError(f'num_envs and plan_horizon must be >= 1, got {num_envs} and {plan_horizon}')
+        if any(a not in (0, 1) for a in (*start_plan, initial_action)):
+            raise ConfigError(f'CartPole actions are 0 or 1, got start_plan {list(start_plan)}, '
+                              f'initial_action {initial_action}')
+        self.num_envs, self.plan_horizon = num_envs, plan_horizon
+        self.single_observation_space = gym.spaces.Box(-CartPoleBatch.HIGH, CartPoleBatch.HIGH, dtype=np.float32)
+        self.single_action_space = (gym.spaces.Discrete(2) if plan_horizon == 1
+                                    else gym.spaces.MultiDiscrete([2] * plan_horizon))
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._dt_ns = round(CartPoleBatch.TAU * 1e9)
+        self._compute_ns = int(round(profile.compute_ms / 1e3 * 1e9))
+        self._start_plan = np.asarray(start_plan, dtype=np.int64)
+        self._initial_action = initial_action
+        self.cartpole = CartPoleBatch(num_envs)
+        self.uplink = BatchLink(profile.uplink, profile.reorder, num_envs)
+        self.downlink = BatchLink(profile.downlink, profile.reorder, num_envs)
+        n, h = num_envs, plan_horizon
+        self._rows = np.arange(n)
+        # env side: tick, executor and episode counters
+        self._tick = np.zeros(n, np.int64)
+        self._plan = np.zeros((n, h), np.int64)
+        self._plan_seq = np.full(n, -1, np.int64)
+        self._plan_decision = np.full(n, -1, np.int64)  # index of the decision that sent the current plan
+        self._first_tick = np.full(n, -1, np.int64)  # -1: the current plan has not run yet
+        self._last_action = np.full(n, initial_action, np.int64)
+        self._reward = np.zeros(n)
+        self._ticks = np.zeros(n, np.int64)
+        self._ticks_held = np.zeros(n, np.int64)
+        self._obs_lost = np.zeros(n, np.int64)
+        self._actions_lost = np.zeros(n, np.int64)
+        self._executed = np.zeros((n, h + 1, h), np.uint8)
+        # policy side: gate, busy time, the observation kept while busy, the current decision
+        self._gate = np.full(n, -1, np.int64)
+        self._busy_until = np.zeros(n, np.int64)
+        self._waiting_seq = np.full(n, -1, np.int64)
+        self._waiting_obs = np.zeros((n, 4), np.float32)
+        self._decision_seq = np.zeros(n, np.int64)
+        self._decision_ns = np.zeros(n, np.int64)
+        self._decision_obs = np.zeros((n, 4), np.float32)
+        self._decisions = np.zeros(n, np.int64)  # decisions sent this episode
+        self._fresh = np.zeros(n, bool)  # reset and not yet decided
+        self._pending = np.zeros(n, bool)  # the episode ended before its first decision
+        self._pending_flags = np.zeros((n, 2), bool)  # (terminated, truncated) of a pending end
+        # messages in flight, one slot each
+        self._obs_key = np.full((n, 4), _EMPTY, np.int64)
+        self._obs_data = np.zeros((n, 4, 4), np.float32)
+        self._act_key = np.full((n, 4), _EMPTY, np.int64)
+        self._act_plan = np.zeros((n, 4, h), np.int64)
+        self._act_decision = np.zeros((n, 4), np.int64)
+        self._seeded = False
+        self._e2e: list[tuple[np.ndarray, np.ndarray]] = []
+        self._final: dict[str, np.ndarray] = {}
+
+    def reset(self, *, seed: int | Sequence[int] | None = None,
+              options: dict | None = None) -> tuple[np.ndarray, dict]:
+        """Reset every env. An int seed gives env ``i`` the CartPole seed ``seed + i``; a list gives each its own."""
+        if seed is not None or not self._seeded:
+            if seed is not None:
+                seeds = [int(seed) + i for i in range(self.num_envs)] if np.ndim(seed) == 0 else list(seed)
+                if len(seeds) != self.num_envs:
+                    raise ValueError(f'reset needs one seed per env ({self.num_envs}), got {len(seeds)}')
+                self.cartpole.seed(seeds)
+            up_rng, down_rng = np.random.default_rng(seed).spawn(2)
+            self.uplink.reset(self._rows, up_rng)
+            self.downlink.reset(self._rows, down_rng)
+            self._seeded = True
+        self._e2e, self._final = [], {}
+        self._reset_envs(self._rows)
+        self._advance(np.ones(self.num_envs, bool))
+        return self._decision_obs.copy(), self._info()
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        plans = np.asarray(actions, dtype=np.int64).reshape(self.num_envs, self.plan_horizon)
+        if plans.min() < 0 or plans.max() > 1:
+            raise ValueError(f'CartPole actions are 0 or 1, got {actions!r}')
+        self._e2e, self._final = [], {}
+        deciding = np.flatnonzero(~self._pending)
+        self._send_actions(deciding, plans[deciding])
+        ended = np.flatnonzero(self._pending)
+        if ended.size:
+            terminated, truncated = self._pending_flags[ended].T
+            self._finish(ended, self._decision_obs[ended], terminated, truncated)
+        self._advance(np.ones(self.num_envs, bool))
+        restarted = self._final.get('mask', np.zeros(self.num_envs, bool))
+        reward = np.where(restarted, self._final.get('reward', 0.0), self._reward)
+        terminated = self._final.get('terminated', np.zeros(self.num_envs, bool))
+        truncated = self._final.get('truncated', np.zeros(self.num_envs, bool))
+        info = self._info()
+        carry = ~restarted  # a restarted env keeps its reset ticks' reward for its next step, as NetworkedEnv does
+        self._reward[carry], self._ticks[carry], self._executed[carry] = 0.0, 0, 0
+        return self._decision_obs.copy(), reward, terminated.copy(), truncated.copy(), info
+
+    def _info(self) -> dict[str, Any]:
+        stamp_s = self._decision_seq * self._dt_ns / 1e9
+        info: dict[str, Any] = {
+            'ticks': self._ticks.copy(), 'obs_seq': self._decision_seq.copy(),
+            'obs_age_ms': np.where(self._pending, 0.0, (self._decision_ns / 1e9 - stamp_s) * 1e3),
+            'obs_lost': self._obs_lost.copy(), 'actions_lost': self._actions_lost.copy(),
+            'executed': self._executed.copy(),
+            'e2e_ms': np.concatenate([v for v, _ in self._e2e]) if self._e2e else np.zeros(0),
+            'e2e_env': np.concatenate([e for _, e in self._e2e]) if self._e2e else np.zeros(0, np.int64)}
+        if self._final:
+            mask = self._final['mask']
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(mask):
+                final_obs[i] = self._final['obs'][i]
+            info.update(final_obs=final_obs, _final_obs=mask, _final_info=mask,
+                        final_info={key: self._final[key] for key in
+                                    ('ticks', 'obs_seq', 'obs_age_ms', 'obs_lost', 'actions_lost', 'executed',
+                                     'success', 'ticks_held')})
+        return info
+
+    def _advance(self, active: np.ndarray) -> None:
+        """Handle each active env's events, one per env per pass, until it must decide."""
+        rows = self._rows
+        while active.any():
+            obs_slot = self._obs_key.argmin(axis=1)
+            obs_t = self._obs_key[rows, obs_slot] >> _SEQ_BITS
+            act_slot = self._act_key.argmin(axis=1)
+            act_t = self._act_key[rows, act_slot] >> _SEQ_BITS
+            tick_t = (self._tick + 1) * self._dt_ns
+            free_t = np.where(self._waiting_seq >= 0, self._busy_until, _NEVER)
+            is_action = active & (act_t <= tick_t) & (act_t <= obs_t) & (act_t <= free_t)
+            rest = active & ~is_action
+            is_tick = rest & (tick_t <= obs_t) & (tick_t <= free_t)
+            rest &= ~is_tick
+            is_obs = rest & (obs_t <= free_t)
+            is_free = rest & ~is_obs
+            if is_action.any():
+                idx = np.flatnonzero(is_action)
+                self._on_actions(idx, act_slot[idx], act_t[idx])
+            if is_obs.any():
+                idx = np.flatnonzero(is_obs)
+                self._on_observations(idx, obs_slot[idx], active)
+            if is_free.any():
+                idx = np.flatnonzero(is_free)
+                self._decide(idx, self._waiting_seq[idx], self._busy_until[idx], self._waiting_obs[idx], active)
+            if is_tick.any():
+                self._on_ticks(np.flatnonzero(is_tick), active)
+
+    def _on_actions(self, idx: np.ndarray, slot: np.ndarray, arrive_ns: np.ndarray) -> None:
+        """Action messages arrive: Stepper.on_action for each env in ``idx``."""
+        seq = self._act_key[idx, slot] & _SEQ_MASK
+        self._act_key[idx, slot] = _EMPTY
+        current = self._plan_seq[idx]
+        measured = seq != current  # a duplicate is not measured
+        e2e_ms = (arrive_ns / 1e9 - seq * self._dt_ns / 1e9) * 1e3
+        self._e2e.append((e2e_ms[measured], idx[measured]))
+        newer = seq > current
+        taken, slot = idx[newer], slot[newer]
+        self._plan_seq[taken] = seq[newer]
+        self._plan[taken] = self._act_plan[taken, slot]
+        self._plan_decision[taken] = self._act_decision[taken, slot]
+        self._first_tick[taken] = -1
+
+    def _on_ticks(self, idx: np.ndarray, active: np.ndarray) -> None:
+        """Envs ``idx`` tick: PlanExecutor.action_for_tick, a CartPole step, then the observation is sent."""
+        tick = self._tick[idx] + 1
+        self._tick[idx] = tick
+        plan_seq, first_tick = self._plan_seq[idx], self._first_tick[idx]
+        has_plan = plan_seq >= 0
+        first_use = has_plan & (first_tick < 0)
+        self._first_tick[idx[first_use]] = tick[first_use]
+        index = tick - plan_seq - 1
+        index[first_use & (index >= self.plan_horizon)] = self.plan_horizon - 1  # a late plan runs its last element
+        runs = has_plan & (index < self.plan_horizon)
+        action = self._last_action[idx]
+        if self._start_plan.size:
+            before = ~has_plan
+            action[before] = self._start_plan[(tick[before] - 1) % self._start_plan.size]
+        action[runs] = self._plan[idx[runs], index[runs]]
+        self._last_action[idx] = action
+        lag = self._decisions[idx] - 1 - self._plan_decision[idx]
+        marked = runs & (lag <= self.plan_horizon)
+        self._executed[idx[marked], lag[marked], index[marked]] = 1
+        obs, terminated = self.cartpole.step(idx, action)
+        truncated = tick >= CartPoleBatch.MAX_STEPS
+        self._reward[idx] += 1.0
+        self._ticks[idx] += 1
+        self._ticks_held[idx] += ~runs
+        ended = terminated | truncated
+        if ended.any():
+            self._end(idx[ended], obs[ended], terminated[ended], truncated[ended], active)
+        going = ~ended
+        self._send_observations(idx[going], tick[going], obs[going])
+
+    def _on_observations(self, idx: np.ndarray, slot: np.ndarray, active: np.ndarray) -> None:
+        """Observations reach the policy: decide now, or keep the newest arrival while busy."""
+        key = self._obs_key[idx, slot]
+        obs = self._obs_data[idx, slot]
+        self._obs_key[idx, slot] = _EMPTY
+        arrive_ns, seq = key >> _SEQ_BITS, key & _SEQ_MASK
+        newer = seq > self._gate[idx]
+        busy = arrive_ns < self._busy_until[idx]
+        wait = newer & busy
+        self._waiting_seq[idx[wait]] = seq[wait]
+        self._waiting_obs[idx[wait]] = obs[wait]
+        now = newer & ~busy
+        self._decide(idx[now], seq[now], arrive_ns[now], obs[now], active)
+
+    def _decide(self, idx: np.ndarray, seq: np.ndarray, now_ns: np.ndarray, obs: np.ndarray,
+                active: np.ndarray) -> None:
+        """Envs ``idx`` hand observation ``seq`` to the agent: ObservationGate.admit, then the step returns."""
+        self._waiting_seq[idx] = -1
+        self._gate[idx] = seq
+        self._decision_seq[idx], self._decision_ns[idx], self._decision_obs[idx] = seq, now_ns, obs
+        self._fresh[idx] = False
+        active[idx] = False
+        # observations in flight up to seq will be skipped when they arrive: drop them now
+        rows, cols = np.nonzero((self._obs_key[idx] & _SEQ_MASK) <= seq[:, None])
+        self._obs_key[idx[rows], cols] = _EMPTY
+
+    def _end(self, idx: np.ndarray, obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+             active: np.ndarray) -> None:
+        """Episodes end. One that ended before its first decision is returned as the reset observation
+        and reported at the next step; the others are recorded as final and restarted."""
+        fresh = self._fresh[idx]
+        pending = idx[fresh]
+        self._pending[pending] = True
+        self._pending_flags[pending] = np.stack([terminated[fresh], truncated[fresh]], axis=1)
+        self._decision_seq[pending], self._decision_obs[pending] = self._tick[pending], obs[fresh]
+        active[pending] = False
+        self._finish(idx[~fresh], obs[~fresh], terminated[~fresh], truncated[~fresh])
+
+    def _finish(self, idx: np.ndarray, obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Record the final step of envs ``idx`` and restart them."""
+        if not idx.size:
+            return
+        n, final = self.num_envs, self._final
+        if not final:
+            final.update(mask=np.zeros(n, bool), obs=np.zeros((n, 4), np.float32), reward=np.zeros(n),
+                         terminated=np.zeros(n, bool), truncated=np.zeros(n, bool), ticks=np.zeros(n, np.int64),
+                         obs_seq=np.zeros(n, np.int64), obs_age_ms=np.zeros(n), obs_lost=np.zeros(n, np.int64),
+                         actions_lost=np.zeros(n, np.int64), executed=np.zeros_like(self._executed),
+                         success=np.zeros(n, bool), ticks_held=np.zeros(n, np.int64))
+        final['mask'][idx], final['obs'][idx], final['reward'][idx] = True, obs, self._reward[idx]
+        final['terminated'][idx], final['truncated'][idx] = terminated, truncated
+        final['ticks'][idx], final['obs_seq'][idx] = self._ticks[idx], self._tick[idx]
+        final['obs_lost'][idx], final['actions_lost'][idx] = self._obs_lost[idx], self._actions_lost[idx]
+        final['executed'][idx], final['ticks_held'][idx] = self._executed[idx], self._ticks_held[idx]
+        final['success'][idx] = truncated & ~terminated
+        self._reset_envs(idx)
+
+    def _reset_envs(self, idx: np.ndarray) -> None:
+        """Start new episodes in envs ``idx`` and send their observation 0 (NetworkedEnv.reset)."""
+        obs = self.cartpole.reset(idx)
+        for array, value in ((self._tick, 0), (self._plan_seq, -1), (self._plan_decision, -1),
+                             (self._first_tick, -1), (self._last_action, self._initial_action), (self._reward, 0.0),
+                             (self._ticks, 0), (self._ticks_held, 0), (self._obs_lost, 0), (self._actions_lost, 0),
+                             (self._executed, 0), (self._gate, -1), (self._busy_until, 0), (self._waiting_seq, -1),
+                             (self._decisions, 0), (self._fresh, True), (self._pending, False),
+                             (self._obs_key, _EMPTY), (self._act_key, _EMPTY)):
+            array[idx] = value
+        self.uplink.reset(idx)
+        self.downlink.reset(idx)
+        self._send_observations(idx, np.zeros(len(idx), np.int64), obs)
+
+    def _send_observations(self, idx: np.ndarray, seq: np.ndarray, obs: np.ndarray) -> None:
+        arrive_ns = self.uplink.send(idx, seq * self._dt_ns / 1e9)
+        lost = arrive_ns < 0
+        self._obs_lost[idx[lost]] += 1
+        kept = ~lost
+        self._obs_key, slot = _insert(self._obs_key, idx[kept], arrive_ns[kept] << _SEQ_BITS | seq[kept])
+        self._obs_data = _fit(self._obs_data, self._obs_key.shape[1])
+        self._obs_data[idx[kept], slot] = obs[kept]
+
+    def _send_actions(self, idx: np.ndarray, plans: np.ndarray) -> None:
+        decision = self._decisions[idx]
+        self._decisions[idx] += 1
+        send_ns = self._decision_ns[idx] + self._compute_ns
+        self._busy_until[idx] = send_ns
+        arrive_ns = self.downlink.send(idx, send_ns / 1e9)
+        lost = arrive_ns < 0
+        self._actions_lost[idx[lost]] += 1
+        kept = ~lost
+        idx = idx[kept]
+        self._act_key, slot = _insert(self._act_key, idx, arrive_ns[kept] << _SEQ_BITS | self._decision_seq[idx])
+        self._act_plan = _fit(self._act_plan, self._act_key.shape[1])
+        self._act_decision = _fit(self._act_decision, self._act_key.shape[1])
+        self._act_plan[idx, slot] = plans[kept]
+        self._act_decision[idx, slot] = decision[kept]
+
+
+def _insert(keys: np.ndarray, idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Put ``values[j]`` in a free slot of row ``idx[j]`` (rows are distinct), doubling the slots if one is full.
+
+    Returns the (possibly grown) key array and the slot used in each row.
+    """
+    free = keys[idx] == _EMPTY
+    slot = free.argmax(axis=1)
+    if not free[np.arange(len(idx)), slot].all():
+        keys = np.concatenate([keys, np.full_like(keys, _EMPTY)], axis=1)
+        slot = np.where(free[np.arange(len(idx)), slot], slot, keys.shape[1] // 2)
+    keys[idx, slot] = values
+    return keys, slot
+
+
+def _fit(data: np.ndarray, slots: int) -> np.ndarray:
+    """``data`` (env, slot, ...) with at least ``slots`` slots."""
+    if data.shape[1] >= slots:
+        return data
+    return np.concatenate([data, np.zeros_like(data)], axis=1)

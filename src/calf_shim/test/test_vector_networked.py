@@ -1,0 +1,178 @@
+"""The vector fast path follows NetworkedEnv: exactly under deterministic links, in distribution otherwise."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from calf_env.envs import make_networked_env
+from calf_shim.errors import ConfigError
+from calf_shim.profiles import Profile, load_profile, profile_from_dict
+from calf_shim.vector_networked import VectorNetworkedCartPole
+
+TRACE_UP = {'model': 'trace_replay', 'delays_ms': [5.0, 45.0, 12.0, 70.0, 3.0, 28.0, 0.0],
+            'lost': [False, False, True, False, False, False, False]}
+TRACE_DOWN = {'model': 'trace_replay', 'delays_ms': [15.0, 2.0, 33.0, 8.0, 61.0],
+              'lost': [False, True, False, False, False]}
+
+
+def fixed(up_ms: float, down_ms: float, compute_ms: float) -> Profile:
+    return profile_from_dict({'compute_ms': compute_ms, 'reorder': False,
+                              'uplink': [{'model': 'fixed_delay', 'latency_ms': up_ms}] if up_ms else [],
+                              'downlink': [{'model': 'fixed_delay', 'latency_ms': down_ms}]}, 'fixed')
+
+
+def traced(reorder: bool) -> Profile:
+    return profile_from_dict({'compute_ms': 3.0, 'reorder': reorder, 'uplink': [TRACE_UP],
+                              'downlink': [TRACE_DOWN]}, 'traced')
+
+
+def policy(obs: np.ndarray, env: int, step: int, horizon: int) -> list[int]:
+    """A deterministic plan per env: a good controller, a poor one, and a fixed pattern."""
+    if env == 0:
+        first = int(obs[2] + 0.5 * obs[3] + 0.01 * obs[0] + 0.1 * obs[1] > 0)
+    elif env == 1:
+        first = int(obs[2] > 0.05)
+    else:
+        first = (step // 6) % 2
+    return [first, 1 - first, first][:horizon] if horizon > 1 else [first]
+
+
+def scalar_info(info: dict) -> tuple:
+    return (info['ticks'], info['obs_seq'], info['obs_age_ms'], info['obs_lost'], info['actions_lost'],
+            tuple(info['e2e_ms']), info['executed'].tolist())
+
+
+def vector_info(info: dict, i: int) -> tuple:
+    e2e = tuple(info['e2e_ms'][info['e2e_env'] == i])
+    return (info['ticks'][i], info['obs_seq'][i], info['obs_age_ms'][i], info['obs_lost'][i],
+            info['actions_lost'][i], e2e, info['executed'][i].tolist())
+
+
+@pytest.mark.parametrize('profile, horizon, start_plan', [
+    (fixed(0, 0, 0.0), 1, ()),
+    (fixed(700, 0, 0.0), 1, ()),  # episodes end before their first decision
+    (fixed(25, 25, 1.0), 1, ()),
+    (fixed(30, 25, 5.0), 1, (0, 1)),
+    (fixed(45, 10, 12.0), 3, ()),
+    (traced(reorder=True), 1, ()),
+    (traced(reorder=False), 2, ()),
+], ids=['ideal', 'late-first-observation', 'delay-only', 'start-plan', 'plans-of-3', 'trace-reordering',
+        'trace-fifo-plans-of-2'])
+def test_same_ticks_rewards_and_decisions_as_networked_env(profile: Profile, horizon: int,
+                                                           start_plan: tuple[int, ...]) -> None:
+    n, steps = 3, 600
+    scalar = [make_networked_env('cartpole', profile, seed=i, plan_horizon=horizon, start_plan=start_plan)
+              for i in range(n)]
+    vector = VectorNetworkedCartPole(n, profile, plan_horizon=horizon, start_plan=start_plan)
+    env_seeds = [int(np.random.default_rng(i).integers(2**31)) for i in range(n)]  # NetworkedEnv's CartPole seeds
+    obs_s, infos_s = zip(*(env.reset(seed=i) for i, env in enumerate(scalar)))
+    obs_s = list(obs_s)
+    obs_v, info_v = vector.reset(seed=env_seeds)
+    for i in range(n):
+        assert np.array_equal(obs_v[i], obs_s[i]) and vector_info(info_v, i) == scalar_info(infos_s[i])
+    endings = {'terminated': 0, 'truncated': 0}
+    for step in range(steps):
+        plans = [policy(obs_s[i], i, step, horizon) for i in range(n)]
+        obs_v, reward_v, term_v, trunc_v, info_v = vector.step(np.array(plans).reshape(vector.action_space.shape))
+        for i, env in enumerate(scalar):
+            obs, reward, terminated, truncated, info = env.step(plans[i] if horizon > 1 else plans[i][0])
+            where = f'env {i}, step {step}'
+            assert (reward_v[i], term_v[i], trunc_v[i]) == (reward, terminated, truncated), where
+            if terminated or truncated:
+                endings['terminated' if terminated else 'truncated'] += 1
+                assert np.array_equal(info_v['final_obs'][i], obs), where
+                final = {**info_v['final_info'], 'e2e_ms': info_v['e2e_ms'], 'e2e_env': info_v['e2e_env']}
+                assert vector_info(final, i) == scalar_info(info), where
+                assert (final['success'][i], final['ticks_held'][i]) == (info['success'], info['ticks_held']), where
+                obs, info = env.reset()
+            else:
+                assert vector_info(info_v, i) == scalar_info(info), where
+            assert np.array_equal(obs_v[i], obs), where
+            obs_s[i] = obs
+    assert endings['terminated'] > 0
+    if not profile.uplink:
+        assert endings['truncated'] > 0
+
+
+def run_scalar(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Ticks per decision, e2e latencies and observations lost, over ``steps`` decisions of ``n`` envs."""
+    ticks, e2e, lost = [], [], 0
+    for i in range(n):
+        env = make_networked_env('cartpole', profile, seed=100 + i)
+        obs, _ = env.reset(seed=100 + i)
+        for _ in range(steps):
+            obs, _, terminated, truncated, info = env.step(int(obs[2] + 0.5 * obs[3] > 0))
+            ticks.append(info['ticks'])
+            e2e.extend(info['e2e_ms'])
+            if terminated or truncated:
+                lost += info['obs_lost']
+                obs, _ = env.reset()
+        lost += info['obs_lost']
+    return np.array(ticks), np.array(e2e), lost
+
+
+def run_vector(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``run_scalar`` through the vector env."""
+    env = VectorNetworkedCartPole(n, profile)
+    obs, _ = env.reset(seed=11)
+    ticks, e2e, lost = [], [], 0
+    for _ in range(steps):
+        obs, _, terminated, truncated, info = env.step((obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64))
+        done = terminated | truncated  # their info is the next episode's reset info: take the final one
+        ticks.append(np.where(done, info['final_info']['ticks'], info['ticks']) if done.any() else info['ticks'])
+        e2e.append(info['e2e_ms'])
+        if done.any():
+            lost += info['final_info']['obs_lost'][done].sum()
+    return np.concatenate(ticks), np.concatenate(e2e), lost + info['obs_lost'].sum()
+
+
+def without_stalls(name: str) -> Profile:
+    """Profile ``name`` without its stall stages, which the fast path does not model."""
+    profile = load_profile(name)
+    up, down = ([spec for spec in specs if spec['model'] != 'stall'] for specs in (profile.uplink, profile.downlink))
+    return profile_from_dict({'compute_ms': profile.compute_ms, 'reorder': profile.reorder, 'uplink': up,
+                              'downlink': down}, name)
+
+
+@pytest.mark.parametrize('profile', [load_profile('full_net_aware'), without_stalls('wifi_normal')],
+                         ids=['full_net_aware', 'wifi_normal-without-stalls'])
+def test_random_profiles_give_the_same_distributions(profile: Profile) -> None:
+    ticks_s, e2e_s, lost_s = run_scalar(profile, 64, 100)
+    ticks_v, e2e_v, lost_v = run_vector(profile, 64, 100)
+    for k in range(4):  # share of decisions after 0, 1, 2 and 3 ticks
+        assert np.mean(ticks_v == k) == pytest.approx(np.mean(ticks_s == k), abs=0.03), k
+    assert ticks_v.mean() == pytest.approx(ticks_s.mean(), rel=0.03)
+    assert stats.ks_2samp(e2e_s, e2e_v).pvalue > 1e-3
+    assert lost_v / ticks_v.sum() == pytest.approx(lost_s / ticks_s.sum(), abs=0.01)
+
+
+def test_vector_env_api_and_autoreset() -> None:
+    env = VectorNetworkedCartPole(8, load_profile('full_net_aware'), plan_horizon=2)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (8, 4) and obs.dtype == np.float32 and env.observation_space.contains(obs)
+    assert env.metadata['autoreset_mode'].name == 'SAME_STEP'
+    assert env.action_space.shape == (8, 2)
+    ended = 0
+    for _ in range(60):
+        obs, reward, terminated, truncated, info = env.step(np.zeros((8, 2), dtype=np.int64))
+        assert obs.shape == (8, 4) and reward.shape == (8,) and info['executed'].shape == (8, 3, 2)
+        done = terminated | truncated
+        if done.any():
+            assert np.array_equal(info['_final_obs'], done)
+            ended += int(done.sum())
+    assert ended > 0, 'always pushing left ends episodes'
+    obs_a, _ = VectorNetworkedCartPole(4, load_profile('full_net_aware')).reset(seed=3)
+    obs_b, _ = VectorNetworkedCartPole(4, load_profile('full_net_aware')).reset(seed=3)
+    assert np.array_equal(obs_a, obs_b)
+
+
+def test_unsupported_models_raise_one_line_config_error() -> None:
+    with pytest.raises(ConfigError, match="does not support model 'stall'") as error:
+        VectorNetworkedCartPole(2, load_profile('wifi_degraded'))
+    assert '\n' not in str(error.value)
+    with pytest.raises(ValueError, match='0 or 1'):
+        env = VectorNetworkedCartPole(2, load_profile('sim_clean'))
+        env.reset(seed=0)
+        env.step(np.array([0, 2]))
+
