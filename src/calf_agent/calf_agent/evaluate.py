@@ -45,19 +45,24 @@ class EpisodeLog:
 
 def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: int,
                  batch: int = 16, keep_samples: bool = False) -> dict[str, Any]:
-    """Run ``episodes`` episodes of the checkpoint behind ``profile`` in NetworkedEnv."""
+    """Run ``episodes`` episodes of the checkpoint behind ``profile`` in NetworkedEnv.
+
+    The env runs the checkpoint's ``start_plan`` (if it names one) until the first plan arrives.
+    """
     agent, meta = load_checkpoint(policy_dir)
     rep = Representation(**meta.get('representation', {}))
     horizon = int(meta.get('plan_horizon', 1))
-    envs = [make_networked_env(meta['env'], profile, seed=seed + i, plan_horizon=horizon)
+    envs = [make_networked_env(meta['env'], profile, seed=seed + i, plan_horizon=horizon,
+                               start_plan=tuple(meta.get('start_plan', ())))
             for i in range(min(batch, episodes))]
     n_actions = int(envs[0].stepper.n_actions)
     obs_size = int(np.prod(envs[0].observation_space.shape))
     histories = [HistoryFeatures(rep, obs_size, n_actions) for _ in envs]
     log, started = EpisodeLog(), 0
     feats: list[np.ndarray | None] = [None] * len(envs)
+    seqs = np.zeros(len(envs), dtype=np.int64)
     for i, env in enumerate(envs):
-        feats[i] = histories[i].reset(env.reset(seed=seed + started)[0])
+        feats[i], seqs[i] = _start(env, histories[i], seed + started)
         started += 1
     state = None
     state_reset = np.ones(len(envs), dtype=bool)
@@ -65,13 +70,14 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
         active = [i for i, f in enumerate(feats) if f is not None]
         state = _reset_state(state, state_reset)
         actions, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
-                                             for f in feats]), state, deterministic=True)
+                                             for f in feats]), state, deterministic=True, seq=seqs)
         state_reset[:] = False
         for i in active:
             action = actions[i]
             obs, _, terminated, truncated, info = envs[i].step(action)
             if not (terminated or truncated):
                 feats[i] = histories[i].update(obs, int(np.asarray(action).reshape(-1)[0]))
+                seqs[i] = info['obs_seq']
                 continue
             summary = envs[i].stepper.finish()
             log.add(summary.episode_return, summary.length, summary.success, info['episode_e2e_ms'])
@@ -79,10 +85,16 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
             log.actions_lost += info['actions_lost']
             feats[i] = None
             if started < episodes:
-                feats[i] = histories[i].reset(envs[i].reset(seed=seed + started)[0])
+                feats[i], seqs[i] = _start(envs[i], histories[i], seed + started)
                 state_reset[i] = True
                 started += 1
     return log.report('sim', profile.name, keep_samples, policy=str(policy_dir), seed=seed)
+
+
+def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int]:
+    """Reset ``env`` for a new episode: the first features and the tick of the observation."""
+    obs, info = env.reset(seed=seed)
+    return history.reset(obs), int(info['obs_seq'])
 
 
 def _reset_state(state: Any, rows: np.ndarray) -> Any:

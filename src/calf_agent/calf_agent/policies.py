@@ -62,7 +62,7 @@ def categorical_heads(logits: Tensor, plan_horizon: int, action: Tensor | None =
 PLAN_HEADS = ('independent', 'time')
 
 
-def _as_batch(obs: np.ndarray | Tensor) -> Tensor:
+def as_batch(obs: np.ndarray | Tensor) -> Tensor:
     """A float32 ``[B, obs_dim]`` tensor from one observation or a batch."""
     x = torch.as_tensor(obs, dtype=torch.float32)
     return x.unsqueeze(0) if x.dim() == 1 else x
@@ -112,10 +112,10 @@ class MlpAgent(nn.Module):
         return (*categorical_heads(self.logits(x), self.plan_horizon, action, mask=mask), self.get_value(x))
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False
+    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None
             ) -> tuple[np.ndarray, None]:
-        """Actions for one observation ``[obs_dim]`` or a batch ``[B, obs_dim]``; state is unused."""
-        logits = self.logits(_as_batch(obs))
+        """Actions for one observation ``[obs_dim]`` or a batch ``[B, obs_dim]``; state and seq are unused."""
+        logits = self.logits(as_batch(obs))
         return categorical_heads(logits, self.plan_horizon, None, deterministic)[0].numpy(), None
 
 
@@ -183,10 +183,13 @@ class LstmAgent(nn.Module):
                 self.critic(out).squeeze(-1), state)
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, state: LstmState | None = None, deterministic: bool = False
-            ) -> tuple[np.ndarray, LstmState]:
-        """Actions for one step of ``[obs_dim]`` or ``[B, obs_dim]``; ``state=None`` starts episodes."""
-        x = _as_batch(obs)
+    def act(self, obs: np.ndarray, state: LstmState | None = None, deterministic: bool = False,
+            seq: Any = None) -> tuple[np.ndarray, LstmState]:
+        """Actions for one step of ``[obs_dim]`` or ``[B, obs_dim]``; ``state=None`` starts episodes.
+
+        ``seq`` (the observations' ticks) is unused; model planners need it.
+        """
+        x = as_batch(obs)
         if state is None:
             state = self.initial_state(x.shape[0])
         out, state = self.get_states(x, state, torch.zeros(x.shape[0]))
@@ -201,6 +204,9 @@ def make_agent(spec: dict[str, Any]) -> Agent:
     """Build an agent from its ``spec()`` dict (raises KeyError/TypeError/ValueError if malformed)."""
     args = dict(spec)
     kind = args.pop('kind')
+    if kind == 'model_plan':
+        from calf_agent.planner import PlanningAgent
+        return PlanningAgent(**args)
     if kind not in AGENT_KINDS:
         raise ValueError(f'unknown agent kind {kind!r}: choose one of {", ".join(AGENT_KINDS)}')
     args['hidden'] = tuple(args['hidden'])

@@ -60,7 +60,7 @@ class PolicyRunner:
             features, self._state = self._history.reset(obs), None
         else:
             features = self._history.update(obs, self._last_sent)
-        actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic)
+        actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq)
         plan = [int(a) for a in np.asarray(actions).reshape(-1)]
         self._last_sent = plan[0]
         return plan

@@ -1,8 +1,9 @@
 """``calf demo``: the main job, network-aware training and deployment on one machine.
 
-Trains (or reuses) a baseline and a full-regime CartPole policy, evaluates both on a clean link
-in virtual time, then deploys each through the live Mode 2 graph (env node, shim node, policy
-node over DDS) under ``wifi_degraded`` and prints one table.
+Trains (or reuses) a baseline and a full-regime CartPole policy, and a model planner (plans of 16
+actions) over the baseline. Evaluates each on a clean link in virtual time, then deploys each
+through the live Mode 2 graph (env node, shim node, policy node over DDS) under ``wifi_degraded``
+and prints one table.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from calf_agent.evaluate import evaluate_sim
+from calf_agent.planner import train_planner
 from calf_agent.regimes import regime_profile, train_policy
 from calf_shim.profiles import load_profile
 
@@ -17,6 +19,8 @@ from calf_bringup.ros_eval import evaluate_ros
 
 DEMO_REGIMES = {'baseline': 60_000, 'full': 160_000}
 """Regime -> PPO steps: enough for a clean 500 and a clearly network-aware policy."""
+PLANS = 'plans'  # the model planner over the baseline policy, for the full regime's network
+PLAN_HORIZON = 16
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,11 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rows = []
-    for regime, steps in DEMO_REGIMES.items():
+    for regime in (*DEMO_REGIMES, PLANS):
         policy = args.out / regime
         if args.retrain or not (policy / 'meta.json').is_file():
-            print(f'[demo] training the {regime} policy under {regime_profile(regime)} ({steps} steps)')
-            train_policy('cartpole', regime_profile(regime), seed=0, out_dir=policy, steps=steps, regime=regime)
+            train(regime, args.out)
         else:
             print(f'[demo] reusing {policy} (pass --retrain to train again)')
         print(f'[demo] {regime}: sim_clean and {args.network} in virtual time, 50 episodes each')
@@ -45,6 +48,17 @@ def run(args: argparse.Namespace) -> int:
         rows.append((regime, clean, sim, live))
     print_table(rows, args.network)
     return 0
+
+
+def train(regime: str, out: Path) -> None:
+    """Train the demo's ``regime`` policy (or the planner over the baseline) into ``out / regime``."""
+    if regime == PLANS:
+        print(f'[demo] fitting a dynamics model for plans of {PLAN_HORIZON} actions over the baseline policy')
+        train_planner(out / 'baseline', out / PLANS, regime_profile('full'), PLAN_HORIZON, seed=0)
+        return
+    steps = DEMO_REGIMES[regime]
+    print(f'[demo] training the {regime} policy under {regime_profile(regime)} ({steps} steps)')
+    train_policy('cartpole', regime_profile(regime), seed=0, out_dir=out / regime, steps=steps, regime=regime)
 
 
 def print_table(rows: list[tuple[str, dict, dict, dict]], network: str) -> None:

@@ -16,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help='local_sim, sim_net (through the shim), edge_sim, or impair (the generic shim on the '
                              'topics of an existing stack, see --config)')
     parser.add_argument('--config', type=Path, help='impair: relay config YAML (topics, types, directions, profiles)')
+    parser.add_argument('--trace-bag', type=Path,
+                        help='impair: record every relayed message\'s delay or loss into this new rosbag2 directory')
     parser.add_argument('--role', choices=ROLES, default='all',
                         help='edge: env (+ shim); desktop: policy; all: both on this machine')
     parser.add_argument('--network', default='sim_clean', help='shim profile name or YAML path')
@@ -34,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.mode == IMPAIR:
-        return run_graph(impair_graph(args.config, args.seed, args.time_scale, args.discovery), args.domain_id)
+        return run_graph(impair_graph(args.config, args.seed, args.time_scale, args.discovery, args.trace_bag),
+                         args.domain_id)
     specs = build_graph(args.mode, args.role, args.network, args.policy, args.env, args.seed, args.time_scale,
                         args.episodes, args.discovery, args.graph)
     return run_graph(specs, args.domain_id)

@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, regime_profile, train_policy
 from calf_agent.representation import Representation
 from calf_env.envs import ENV_SPECS
@@ -22,6 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--action-history', type=int, help='actions remembered (default: d)')
     parser.add_argument('--plan-horizon', type=int, default=1, metavar='H',
                         help='actions per message: a plan for the H ticks after the observation (default 1)')
+    parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
+                        help='how plans are made: ppo (one head per element, loss on executed elements) or '
+                             'model (PPO on the bare env plus a learned dynamics model rolled forward; '
+                             'the network sets the rollout lead); default ppo')
+    parser.add_argument('--plan-lead', type=int, metavar='L',
+                        help='model planner: ticks before a plan can arrive (default: the network\'s p95 E2E)')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
@@ -31,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plan_horizon < 1:
         raise SystemExit(f'calf train: error: --plan-horizon must be >= 1, got {args.plan_horizon}')
     network = args.network or regime_profile(args.regime)
+    if args.planner == 'model':
+        return _train_model_planner(args, network)
     rep = None
     if args.frames is not None or args.action_history is not None:
         rep = Representation(frames=args.frames or 1, actions=args.action_history or 0)
@@ -38,4 +47,19 @@ def run(args: argparse.Namespace) -> int:
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
+    return 0
+
+
+def _train_model_planner(args: argparse.Namespace, network: str) -> int:
+    """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
+    if args.plan_horizon < 2:
+        raise SystemExit('calf train: error: --planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
+    if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:
+        raise SystemExit(f'calf train: error: --plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
+    base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
+                        regime='baseline', progress=not args.quiet)
+    meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,
+                         progress=not args.quiet)
+    print(json.dumps({'out': str(args.out), 'base_mean_return': base.mean_return, 'lead': meta['planner']['lead'],
+                      'dynamics': meta['planner']['dynamics']}))
     return 0

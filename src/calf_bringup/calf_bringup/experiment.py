@@ -30,7 +30,13 @@ class TrainJob:
 
     @property
     def key(self) -> str:
-        return f'{self.env}-{self.row.network}-h{self.row.plan_horizon}-{self.steps}steps-seed{self.seed}'
+        planner = '-model' if self.row.planner == 'model' else ''
+        return f'{self.env}-{self.row.network}-h{self.row.plan_horizon}{planner}-{self.steps}steps-seed{self.seed}'
+
+    @property
+    def base(self) -> TrainJob:
+        """The Baseline job whose checkpoint a model planner wraps."""
+        return TrainJob(self.env, Row('Baseline', 'sim_clean'), self.seed, self.steps)
 
 
 @dataclass(frozen=True)
@@ -41,20 +47,32 @@ class EvalJob:
 
     @property
     def key(self) -> str:
-        return f'{self.train.key}--{self.network}-{self.episodes}ep'
+        network = self.network.replace('/', '_')  # a trace bag's path
+        return f'{self.train.key}--{network}-{self.episodes}ep'
 
 
 def run_train(job: TrainJob, cache: Path) -> Path:
-    """Train one checkpoint unless it is cached; written to a temporary folder, then renamed."""
+    """Train one checkpoint unless it is cached; written to a temporary folder, then renamed.
+
+    A model-planner job first trains (or finds) its Baseline job.
+    """
+    from calf_agent.planner import train_planner
     from calf_agent.regimes import train_policy
     final = cache / 'train' / job.key
     if (final / 'meta.json').is_file():
         return final
-    partial = final.with_name(final.name + '.partial')
+    partial = final.with_name(f'{final.name}.partial{os.getpid()}')
     shutil.rmtree(partial, ignore_errors=True)
-    train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name,
-                 plan_horizon=job.row.plan_horizon, progress=False)
-    partial.rename(final)
+    if job.row.planner == 'model':
+        train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
+                      progress=False)
+    else:
+        train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name,
+                     plan_horizon=job.row.plan_horizon, progress=False)
+    try:
+        partial.rename(final)
+    except OSError:  # another worker finished the same job first
+        shutil.rmtree(partial, ignore_errors=True)
     return final
 
 

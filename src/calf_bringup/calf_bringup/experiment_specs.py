@@ -5,11 +5,16 @@ from typing import NamedTuple
 
 
 class Row(NamedTuple):
-    """One trained condition: a name, the profile it trains under, and its plan horizon."""
+    """One trained condition: a name, the profile it trains under, its plan horizon and planner.
+
+    ``planner='model'`` wraps the Baseline row's checkpoint of the same seed in a model planner
+    (``calf_agent.planner``) whose rollout lead comes from ``network``.
+    """
 
     name: str
     network: str
     plan_horizon: int = 1
+    planner: str = 'ppo'
 
 
 class Column(NamedTuple):
@@ -34,11 +39,13 @@ class TableSpec(NamedTuple):
 COLUMNS = (Column('Sim-Clean', 'sim_clean'), Column('Sim+Net', 'full_net_aware'), Column('Real-Eth', 'real_eth'),
            Column('Wi-Fi-N', 'wifi_normal'), Column('Wi-Fi-D', 'wifi_degraded'))
 REGIME_ROWS = (Row('Baseline', 'sim_clean'), Row('Delay-Only', 'delay_only'), Row('Full Net-Aware', 'full_net_aware'))
+PLAN_HORIZON = 16  # at or above the p99 hold length on wifi_degraded (issue 11)
+PLANS_ROW = Row('Full + plans', 'full_net_aware', PLAN_HORIZON, 'model')
 
 TABLES: dict[str, TableSpec] = {
     'table4': TableSpec(
         'table4', 'CartPole: mean episode return (± std across seeds)', 'cartpole', 'mean_return', 1.0, 200_000,
-        REGIME_ROWS, COLUMNS,
+        (*REGIME_ROWS, PLANS_ROW), COLUMNS,
         {'Baseline': ('495 ± 7', '310 ± 48', '288 ± 62', '173 ± 71', '92 ± 54'),
          'Delay-Only': ('482 ± 11', '468 ± 16', '425 ± 32', '348 ± 49', '218 ± 58'),
          'Full Net-Aware': ('476 ± 9', '472 ± 13', '458 ± 22', '442 ± 27', '378 ± 41')}),
@@ -60,13 +67,15 @@ TABLES: dict[str, TableSpec] = {
          'Combined (full model)': ('378 ± 41',)}),
 }
 
-PLAN_HORIZON = 16  # at or above the p99 hold length on wifi_degraded (issue 11)
-PLANS_ROW = Row('Full + plans', 'full_net_aware', PLAN_HORIZON)
+# The live trace is a bag recorded from the node graph under wifi_degraded (results/traces/README.md), so the
+# plans experiment runs from the workspace root.
 TABLES['plans'] = TableSpec(
-    'plans', f'CartPole: action plans (H = {PLAN_HORIZON}) against single actions, both trained under '
-    'full_net_aware: mean episode return (± std across seeds)', 'cartpole', 'mean_return', 1.0, 200_000,
-    (Row('Full (single actions)', 'full_net_aware'), PLANS_ROW),
-    (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-N', 'wifi_normal'), Column('Wi-Fi-D', 'wifi_degraded')), {})
+    'plans', 'CartPole: action plans against single actions, for the full regime\'s network: mean episode '
+    'return (± std across seeds)', 'cartpole', 'mean_return', 1.0, 200_000,
+    (Row('Full (single actions)', 'full_net_aware'), Row('Full + PPO plans', 'full_net_aware', PLAN_HORIZON),
+     PLANS_ROW, Row('Full + plans, H = 24', 'full_net_aware', 24, 'model')),
+    (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-N', 'wifi_normal'), Column('Wi-Fi-D', 'wifi_degraded'),
+     Column('Wi-Fi-D live trace', 'results/traces/wifi_degraded_live')), {})
 
 TABLE9_PAPER = {'Local (Pi only)': (5.2, 9.8), 'Ethernet (Pi ↔ Desktop)': (8.7, 14.3),
                 'Wi-Fi-Normal': (34.5, 68.2), 'Real-Wi-Fi-Degraded': (82.1, 152.7)}

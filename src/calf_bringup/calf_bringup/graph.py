@@ -54,6 +54,8 @@ LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
                       '(static peers, no multicast: for Wi-Fi); empty: inherited'),
     ('graph', 'flat_desktop', 'flat_desktop (policy across the network), flat_edge (policy beside the env) or '
                               'hierarchical (policy:= a calf train-hierarchy directory)'),
+    ('start_plan', '', 'actions the env cycles until the first plan arrives, e.g. [0,1]; empty: the policy '
+                       'checkpoint\'s start_plan when policy:= is given, else hold the initial action'),
 )
 """The arguments of every launch file, (name, default, description), all strings as launch passes them."""
 
@@ -73,7 +75,8 @@ class NodeSpec(NamedTuple):
 
 def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, policy: str | Path | None = None,
                 env: str = 'cartpole', seed: int = 0, time_scale: float = 1.0, episodes: int = 0,
-                discovery: str | None = None, graph: str = 'flat_desktop') -> list[NodeSpec]:
+                discovery: str | None = None, graph: str = 'flat_desktop',
+                start_plan: tuple[int, ...] | None = None) -> list[NodeSpec]:
     """The nodes of ``mode`` that run in ``role`` ('all' = every node, on one machine).
 
     - ``local_sim``: env and policy on the edge topics, no shim (``network`` must be sim_clean).
@@ -83,6 +86,8 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
 
     ``discovery`` is a ROS_AUTOMATIC_DISCOVERY_RANGE value, a Fast DDS XML profile (``*.xml``) or
     ``peers:IP,IP,...`` (see ``discovery_env``). ``graph`` places the policy (see the module doc).
+    ``start_plan`` (None: the flat policy checkpoint's, if it names one) is what the env runs until the
+    first plan arrives.
     """
     _check_choice('mode', mode, MODES)
     _check_choice('role', role, ROLES)
@@ -95,7 +100,9 @@ def build_graph(mode: str, role: str = 'all', network: str = CLEAN_NETWORK, poli
         raise ConfigError(f'episodes must be >= 0, got {episodes!r}')
     with_shim = graph != 'flat_edge' and (mode == 'sim_net' or (mode == 'edge_sim' and network != CLEAN_NETWORK))
     extra_env = discovery_env(discovery)
-    nodes = [_env_node(env, seed, float(time_scale), episodes, extra_env)]
+    if start_plan is None:
+        start_plan = checkpoint_start_plan(policy) if policy and graph != 'hierarchical' else ()
+    nodes = [_env_node(env, seed, float(time_scale), episodes, extra_env, start_plan)]
     if with_shim:
         to_arbiter = [('edge/action', CANDIDATES)] if graph == 'hierarchical' else []
         nodes.append(_shim_node(network, seed, float(time_scale), extra_env, to_arbiter))
@@ -110,8 +117,14 @@ def graph_from_launch(mode: str, values: dict[str, str]) -> list[NodeSpec]:
         seed, time_scale, episodes = int(values['seed']), float(values['time_scale']), int(values['episodes'])
     except ValueError as err:
         raise ConfigError(f'bad launch argument: {err}') from None
+    start_plan = yaml.safe_load(values['start_plan']) if values['start_plan'] else None
+    if start_plan is not None and (not isinstance(start_plan, list) or
+                                   not all(isinstance(a, int) and not isinstance(a, bool) for a in start_plan)):
+        raise ConfigError(f'bad launch argument: start_plan must be a list of integer actions such as [0,1], '
+                          f'got {values["start_plan"]!r}')
     return build_graph(mode, values['role'], values['network'], values['policy'] or None, values['env'], seed,
-                       time_scale, episodes, values['discovery'] or None, graph=values['graph'])
+                       time_scale, episodes, values['discovery'] or None, graph=values['graph'],
+                       start_plan=None if start_plan is None else tuple(start_plan))
 
 
 def impair_from_launch(values: dict[str, str]) -> list[NodeSpec]:
@@ -120,21 +133,25 @@ def impair_from_launch(values: dict[str, str]) -> list[NodeSpec]:
         seed, time_scale = int(values['seed']), float(values['time_scale'])
     except ValueError as err:
         raise ConfigError(f'bad launch argument: {err}') from None
-    return impair_graph(values['config'], seed, time_scale, values['discovery'] or None)
+    return impair_graph(values['config'], seed, time_scale, values['discovery'] or None, values['trace_bag'] or None)
 
 
 IMPAIR_LAUNCH_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ('config', '', 'relay config YAML: the topics to impair (see calf_bringup/config/impair_cmd_vel.yaml)'),
     ('seed', '0', 'seed of the network models'),
     ('time_scale', '1.0', 'divides every model delay'),
+    ('trace_bag', '', 'record every relayed message (delay or loss) into this new rosbag2 directory; empty: off'),
     *((name, default, text) for name, default, text in LAUNCH_ARGUMENTS if name in ('domain_id', 'discovery')),
 )
 """The arguments of impair.launch.py."""
 
 
 def impair_graph(config: str | Path | None, seed: int = 0, time_scale: float = 1.0,
-                 discovery: str | None = None) -> list[NodeSpec]:
-    """The generic shim alone, relaying the topics listed in ``config`` (validated here, so errors come first)."""
+                 discovery: str | None = None, trace_bag: str | Path | None = None) -> list[NodeSpec]:
+    """The generic shim alone, relaying the topics listed in ``config`` (validated here, so errors come first).
+
+    ``trace_bag`` names a new bag that records every relayed message's delay or loss.
+    """
     if not config:
         raise ConfigError('impair needs a relay config: pass --config FILE.yaml '
                           '(example: calf_bringup/config/impair_cmd_vel.yaml)')
@@ -142,8 +159,13 @@ def impair_graph(config: str | Path | None, seed: int = 0, time_scale: float = 1
         raise ConfigError(f'time_scale must be > 0, got {time_scale!r}')
     path = Path(config).expanduser().resolve()
     load_relay_config(path)
-    return [NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', NAMESPACE,
-                     {'config': str(path), 'seed': seed, 'time_scale': float(time_scale)}, [], 'edge',
+    params: dict[str, Any] = {'config': str(path), 'seed': seed, 'time_scale': float(time_scale)}
+    if trace_bag:
+        bag = Path(trace_bag).expanduser().resolve()
+        if bag.exists():
+            raise ConfigError(f'trace bag {bag} already exists: pass a new directory')
+        params['trace_bag'] = str(bag)
+    return [NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', NAMESPACE, params, [], 'edge',
                      discovery_env(discovery))]
 
 
@@ -184,14 +206,29 @@ def param_text(value: Any) -> str:
         return 'true' if value else 'false'
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value))
     text = str(value)
     return text if yaml.safe_load(text) == text else json.dumps(text)
 
 
-def _env_node(env: str, seed: int, time_scale: float, episodes: int, extra_env: dict[str, str]) -> NodeSpec:
+def checkpoint_start_plan(policy: str | Path) -> tuple[int, ...]:
+    """The ``start_plan`` a checkpoint's meta.json names, or () (also when there is no readable meta)."""
+    try:
+        meta = json.loads((Path(policy) / 'meta.json').read_text())
+    except (OSError, ValueError):
+        return ()
+    plan = meta.get('start_plan', []) if isinstance(meta, dict) else []
+    return tuple(int(a) for a in plan)
+
+
+def _env_node(env: str, seed: int, time_scale: float, episodes: int, extra_env: dict[str, str],
+              start_plan: tuple[int, ...]) -> NodeSpec:
     topics = ('observation', 'action', 'episode_result', 'link_stats')
-    return NodeSpec('calf_env', 'env_node', 'env', NAMESPACE,
-                    {'env': env, 'seed': seed, 'time_scale': time_scale, 'episodes': episodes},
+    params: dict[str, Any] = {'env': env, 'seed': seed, 'time_scale': time_scale, 'episodes': episodes}
+    if start_plan:
+        params['start_plan'] = list(start_plan)
+    return NodeSpec('calf_env', 'env_node', 'env', NAMESPACE, params,
                     [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', dict(extra_env))
 
 

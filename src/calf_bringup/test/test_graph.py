@@ -191,10 +191,19 @@ def test_command_line_of_each_node() -> None:
 
 
 @pytest.mark.parametrize('value', ['sim_clean', '/tmp/ckpt', '', '123', '1.5', 'true', 'null', 'a: b', 7, 2.5,
-                                   True, False])
+                                   True, False, [0, 1]])
 def test_param_text_parses_back_to_the_same_value(value: object) -> None:
     parsed = yaml.safe_load(param_text(value))
     assert parsed == value and type(parsed) is type(value)
+
+
+def test_env_node_gets_the_start_plan_of_the_policy_checkpoint_or_the_argument(tmp_path: Path) -> None:
+    (tmp_path / 'meta.json').write_text('{"start_plan": [0, 1]}')
+    env = build_graph('sim_net', network='wifi_degraded', policy=tmp_path)[0]
+    assert env.parameters['start_plan'] == [0, 1]
+    assert 'start_plan:=[0, 1]' in command_line(env, '/ws')
+    assert build_graph('edge_sim', 'edge', 'wifi_degraded', start_plan=(1, 0))[0].parameters['start_plan'] == [1, 0]
+    assert 'start_plan' not in build_graph('sim_net', policy='/ckpt')[0].parameters  # no meta.json: none
 
 
 def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,6 +247,18 @@ def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append((specs, domain_id)) or 0)
     assert cli.main(['run', 'impair', '--config', str(IMPAIR_CONFIG), '--seed', '3', '--domain-id', '9']) == 0
     assert started == [(impair_graph(str(IMPAIR_CONFIG), seed=3), 9)]
+
+
+def test_calf_run_impair_passes_a_new_trace_bag_to_the_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    started = []
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append(specs) or 0)
+    argv = ['run', 'impair', '--config', str(IMPAIR_CONFIG), '--trace-bag', str(tmp_path / 'trace')]
+    assert cli.main(argv) == 0
+    assert started[0][0].parameters['trace_bag'] == str(tmp_path / 'trace')
+    (tmp_path / 'trace').mkdir()
+    assert cli.main(argv) == 2
+    assert 'already exists: pass a new directory' in capsys.readouterr().err
 
 
 def test_calf_run_impair_with_a_bad_config_is_a_one_line_error(tmp_path: Path,

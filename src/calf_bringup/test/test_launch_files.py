@@ -53,6 +53,10 @@ def test_launch_values_become_the_same_graph_as_calf_run() -> None:
                                                                2.0, 5)
     with pytest.raises(ConfigError, match='bad launch argument'):
         graph_from_launch('sim_net', {**values, 'seed': 'x'})
+    edge = graph_from_launch('edge_sim', {**values, 'role': 'edge', 'start_plan': '[0,1]'})
+    assert edge[0].parameters['start_plan'] == [0, 1]
+    with pytest.raises(ConfigError, match='start_plan must be a list of integer actions'):
+        graph_from_launch('edge_sim', {**values, 'start_plan': 'left'})
 
 
 def test_launch_arguments_cover_the_issue_contract() -> None:
@@ -113,8 +117,8 @@ def test_impair_launch_file_builds_the_generic_shim_from_its_arguments() -> None
     assert _calls(tree, 'launch_description') and not _calls(tree, 'graph_from_launch')
     assert 'impair_from_launch' in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert [fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)][-1] == 'generate_launch_description'
-    assert [name for name, _, _ in IMPAIR_LAUNCH_ARGUMENTS] == ['config', 'seed', 'time_scale', 'domain_id',
-                                                                'discovery']
+    assert [name for name, _, _ in IMPAIR_LAUNCH_ARGUMENTS] == ['config', 'seed', 'time_scale', 'trace_bag',
+                                                                'domain_id', 'discovery']
 
 
 def test_impair_launch_description_yields_the_generic_shim() -> None:

@@ -1,0 +1,124 @@
+"""The model planner: a learned CartPole model, arrival-aware plans, and what they buy under delay."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.errors import CheckpointError
+from calf_agent.evaluate import evaluate_sim
+from calf_agent.planner import DynamicsModel, PlanningAgent, collect_transitions, train_planner
+from calf_agent.policies import MlpAgent
+from calf_agent.policy_runner import PolicyRunner
+from calf_shim.errors import ConfigError
+from calf_shim.profiles import load_profile
+
+SLOW_LINK = """name: fixed_60ms
+description: 60 ms each way, no loss (an end-to-end delay of six CartPole ticks).
+compute_ms: 0.0
+reorder: false
+uplink:
+  - {model: fixed_delay, latency_ms: 60.0}
+downlink: same
+"""
+
+
+def balancing_law(obs: np.ndarray) -> np.ndarray:
+    """A linear CartPole controller that keeps the pole up for 500 ticks from any reset."""
+    return (obs @ np.array([0.1, 0.5, 10.0, 2.0]) > 0).astype(np.int64)
+
+
+@pytest.fixture(scope='module')
+def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLP policy fitted to ``balancing_law`` by supervised learning (seconds, not a PPO run)."""
+    torch.manual_seed(0)
+    agent = MlpAgent(4, 2)
+    states = np.random.default_rng(0).uniform([-2.4, -2, -0.21, -2], [2.4, 2, 0.21, 2], (20_000, 4))
+    x, y = torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(balancing_law(states))
+    optimizer = torch.optim.Adam(agent.actor.parameters(), 1e-2)
+    for _ in range(300):
+        loss = torch.nn.functional.cross_entropy(agent.logits(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    out = tmp_path_factory.mktemp('base') / 'base'
+    save_checkpoint(out, agent.eval(), {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0},
+                                        'plan_horizon': 1, 'seed': 0})
+    return out
+
+
+@pytest.fixture(scope='module')
+def planner_dir(base_dir: Path) -> Path:
+    out = base_dir.parent / 'planner'
+    train_planner(base_dir, out, 'delay_only', plan_horizon=16, seed=0, lead=6, transitions=20_000, epochs=10,
+                  progress=False)
+    return out
+
+
+def test_dynamics_model_predicts_far_better_than_no_change(base_dir: Path) -> None:
+    base, _ = load_checkpoint(base_dir)
+    obs, actions, next_obs = collect_transitions('cartpole', base, 12_000, seed=1)
+    torch.manual_seed(0)
+    model = DynamicsModel(4, 2)
+    model.fit(obs[:10_000], actions[:10_000], next_obs[:10_000], epochs=10, seed=0)
+    with torch.inference_mode():
+        predicted = model(torch.as_tensor(obs[10_000:]), torch.as_tensor(actions[10_000:])).numpy()
+    model_error = np.mean((predicted - next_obs[10_000:]) ** 2)
+    no_change_error = np.mean((obs[10_000:] - next_obs[10_000:]) ** 2)
+    assert model_error < no_change_error / 20, (model_error, no_change_error)
+
+
+def test_plans_copy_what_runs_before_they_can_arrive(planner_dir: Path) -> None:
+    """Elements before ``lead`` repeat the start plan, then the previous plan; later ones follow the model."""
+    agent, meta = load_checkpoint(planner_dir)
+    assert isinstance(agent, PlanningAgent) and (agent.lead, agent.plan_horizon) == (6, 16)
+    assert meta['start_plan'] == [0, 1] and meta['planner']['lead'] == 6
+    obs = np.array([0.0, 0.0, 0.05, 0.0], dtype=np.float32)
+    first, state = agent.act(obs, None, deterministic=True, seq=[0])
+    assert first[0, :6].tolist() == [0, 1, 0, 1, 0, 1]  # tick t runs start_plan[(t - 1) % 2]
+    x = torch.as_tensor(obs).unsqueeze(0)
+    for j in range(16):  # the rollout: base policy on each predicted state from element 6 on
+        if j >= 6:
+            assert first[0, j] == int(agent.base.logits(x).argmax(-1)[0]), j
+        x = agent.model(x, torch.as_tensor(first[:, j]))
+    second, _ = agent.act(obs, state, deterministic=True, seq=[3])  # answers observation 3
+    assert second[0, :6].tolist() == first[0, 3:9].tolist()
+
+
+def test_plans_survive_a_six_tick_delay_that_single_actions_do_not(tmp_path: Path, base_dir: Path,
+                                                                     planner_dir: Path) -> None:
+    (tmp_path / 'slow.yaml').write_text(SLOW_LINK)
+    slow = load_profile(tmp_path / 'slow.yaml')
+    single = evaluate_sim(base_dir, slow, episodes=8, seed=0)
+    planned = evaluate_sim(planner_dir, slow, episodes=8, seed=0)
+    assert single['e2e_latency_ms']['p50'] == planned['e2e_latency_ms']['p50'] == pytest.approx(120.0)
+    assert planned['mean_return'] >= 450 and single['mean_return'] < 200, (planned['returns'], single['returns'])
+
+
+def test_policy_runner_keeps_the_planner_state_per_episode(planner_dir: Path) -> None:
+    runner = PolicyRunner.from_checkpoint(planner_dir)
+    obs = np.array([0.0, 0.0, 0.02, 0.0], dtype=np.float32)
+    first = runner.on_observation(episode=0, seq=0, obs=obs, terminated=False)
+    later = runner.on_observation(episode=0, seq=2, obs=obs, terminated=False)
+    assert len(first) == len(later) == 16 and later[:6] == first[2:8]
+    assert runner.on_observation(episode=1, seq=0, obs=obs, terminated=False) == first  # a new episode forgets
+
+
+def test_planner_needs_a_single_action_mlp_base_and_a_lead_below_the_horizon(tmp_path: Path, base_dir: Path,
+                                                                              planner_dir: Path) -> None:
+    with pytest.raises(CheckpointError, match='cannot be a planner\'s base'):
+        train_planner(planner_dir, tmp_path / 'nested', 'delay_only', 16, 0, transitions=100, epochs=1)
+    with pytest.raises(ConfigError, match=r'lead must be in \[0, 4\)'):
+        train_planner(base_dir, tmp_path / 'bad', 'delay_only', 4, 0, lead=4, transitions=100, epochs=1)
+    with pytest.raises(CheckpointError, match='no checkpoint at'):
+        train_planner(tmp_path / 'missing', tmp_path / 'out', 'delay_only', 16, 0)
+
+
+def test_planner_meta_records_the_dynamics_error(planner_dir: Path) -> None:
+    dynamics = json.loads((planner_dir / 'meta.json').read_text())['planner']['dynamics']
+    rmse = dynamics['rollout_rmse_16_ticks']
+    assert len(rmse) == 4 and max(rmse) < 0.05, rmse
