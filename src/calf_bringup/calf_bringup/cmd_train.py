@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 from calf_agent.planner import train_planner
-from calf_agent.regimes import REGIMES, regime_profile, train_policy
+from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_policy
 from calf_agent.representation import Representation
 from calf_env.envs import ENV_SPECS
+from calf_shim.profiles import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--steps', type=int, help='environment decisions to train for (default per env)')
     parser.add_argument('--frames', type=int, help='frame stack k (default: d + 1, d = typical delay in ticks)')
     parser.add_argument('--action-history', type=int, help='actions remembered (default: d)')
+    parser.add_argument('--obs-age', action='store_true',
+                        help='also give the policy the age of the newest observation (sim only: a policy node '
+                             'has no clock shared with the env)')
     parser.add_argument('--plan-horizon', type=int, default=1, metavar='H',
                         help='actions per message: a plan for the H ticks after the observation (default 1)')
     parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
@@ -41,8 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if args.planner == 'model':
         return _train_model_planner(args, network)
     rep = None
-    if args.frames is not None or args.action_history is not None:
-        rep = Representation(frames=args.frames or 1, actions=args.action_history or 0)
+    if args.frames is not None or args.action_history is not None or args.obs_age:
+        default = default_representation(args.env, load_profile(network))
+        rep = Representation(frames=args.frames or default.frames,
+                             actions=default.actions if args.action_history is None else args.action_history,
+                             obs_age=args.obs_age)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
