@@ -1,12 +1,13 @@
 """State representations for delayed observations (paper, Table 3): frame stack and action history,
 optionally followed by the age of the newest observation.
 
-``HistoryFeatures`` is the one implementation: the training wrapper and the policy node both feed
-it the observations the policy receives and the actions the policy sent.
+``HistoryBatch`` is the one implementation, for ``n`` rows at once; ``HistoryFeatures`` is its
+one-row form. The training wrappers (``HistoryWrapper`` per env, ``VectorHistoryWrapper`` over a
+vector env) and the policy node all feed it the observations the policy receives and the actions
+the policy sent.
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -39,51 +40,85 @@ class Representation:
         return {'frames': self.frames, 'actions': self.actions, **({'obs_age': True} if self.obs_age else {})}
 
 
+class HistoryBatch:
+    """Builds the policy inputs of ``n`` rows (envs) from the observations received and the actions sent.
+
+    Each row keeps its last ``frames`` observations (oldest first), its last ``actions`` sent actions
+    (newest first, -1 where none was sent yet) and the age of its newest observation.
+    """
+
+    def __init__(self, rep: Representation, obs_size: int, n_actions: int, n: int) -> None:
+        self.rep, self.obs_size, self.n_actions, self.n = rep, obs_size, n_actions, n
+        self._frames = np.zeros((n, rep.frames, obs_size), np.float32)
+        self._actions = np.full((n, rep.actions), -1, np.int64)
+        self._age_s = np.zeros(n)
+
+    def reset(self, rows: np.ndarray, obs: np.ndarray, age_s: np.ndarray | None = None) -> None:
+        """Start episodes in ``rows``: each first observation fills its whole stack, no actions yet.
+
+        ``age_s`` holds the observations' ages in seconds, required when the representation uses them.
+        """
+        self._frames[rows] = np.asarray(obs, dtype=np.float32).reshape(len(rows), 1, self.obs_size)
+        self._actions[rows] = -1
+        self._set_age(rows, age_s)
+
+    def update(self, rows: np.ndarray, obs: np.ndarray, sent_action: np.ndarray,
+               age_s: np.ndarray | None = None) -> None:
+        """Add, in ``rows``, the action sent for the previous observation and the newly received one."""
+        frames = self._frames[rows]
+        frames[:, :-1] = frames[:, 1:]
+        frames[:, -1] = np.asarray(obs, dtype=np.float32).reshape(len(rows), self.obs_size)
+        self._frames[rows] = frames
+        if self.rep.actions:
+            actions = self._actions[rows]
+            actions[:, 1:] = actions[:, :-1]
+            actions[:, 0] = np.asarray(sent_action, dtype=np.int64).reshape(len(rows))
+            self._actions[rows] = actions
+        self._set_age(rows, age_s)
+
+    def features(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """The features of ``rows`` (default: all), ``(len(rows), feature_size)`` float32."""
+        frames = self._frames[rows]
+        parts = [frames.reshape(len(frames), -1)]
+        if self.rep.actions:
+            actions = self._actions[rows]
+            history = (actions[:, :, None] == np.arange(self.n_actions)).astype(np.float32)
+            parts.append(history.reshape(len(frames), -1))
+        if self.rep.obs_age:
+            parts.append(self._age_s[rows].astype(np.float32)[:, None])
+        return np.concatenate(parts, axis=1)
+
+    def _set_age(self, rows: np.ndarray, age_s: np.ndarray | None) -> None:
+        if self.rep.obs_age:
+            if age_s is None:
+                raise ValueError('this representation appends the observation age: pass age_s')
+            self._age_s[rows] = np.asarray(age_s, dtype=np.float64).reshape(len(rows))
+
+
 class HistoryFeatures:
-    """Builds the policy input from the observations received and the actions sent."""
+    """``HistoryBatch`` for one env: the policy input from the observations received and the actions sent."""
+
+    _ROW = np.zeros(1, np.int64)
 
     def __init__(self, rep: Representation, obs_size: int, n_actions: int) -> None:
         self.rep, self.obs_size, self.n_actions = rep, obs_size, n_actions
-        self._frames: deque[np.ndarray] = deque(maxlen=rep.frames)
-        self._actions: deque[int] = deque(maxlen=max(rep.actions, 1))
-        self._age_s = 0.0
+        self._batch = HistoryBatch(rep, obs_size, n_actions, 1)
 
     def reset(self, obs: np.ndarray, age_s: float | None = None) -> np.ndarray:
         """Start an episode: the first observation fills the whole stack, no actions yet.
 
         ``age_s`` is the observation's age in seconds, required when the representation uses it.
         """
-        first = np.asarray(obs, dtype=np.float32).reshape(-1)
-        self._frames.clear()
-        self._frames.extend([first] * self.rep.frames)
-        self._actions.clear()
-        self._set_age(age_s)
+        self._batch.reset(self._ROW, obs, None if age_s is None else float(age_s))
         return self.features()
 
     def update(self, obs: np.ndarray, sent_action: int, age_s: float | None = None) -> np.ndarray:
         """Add the action sent for the previous observation and the newly received observation."""
-        self._frames.append(np.asarray(obs, dtype=np.float32).reshape(-1))
-        if self.rep.actions:
-            self._actions.append(int(sent_action))
-        self._set_age(age_s)
+        self._batch.update(self._ROW, obs, sent_action, None if age_s is None else float(age_s))
         return self.features()
 
     def features(self) -> np.ndarray:
-        parts = list(self._frames)
-        if self.rep.actions:
-            history = np.zeros((self.rep.actions, self.n_actions), dtype=np.float32)
-            for row, action in enumerate(reversed(self._actions)):
-                history[row, action] = 1.0
-            parts.append(history.reshape(-1))
-        if self.rep.obs_age:
-            parts.append(np.array([self._age_s], dtype=np.float32))
-        return np.concatenate(parts)
-
-    def _set_age(self, age_s: float | None) -> None:
-        if self.rep.obs_age:
-            if age_s is None:
-                raise ValueError('this representation appends the observation age: pass age_s')
-            self._age_s = float(age_s)
+        return self._batch.features()[0]
 
 
 class HistoryWrapper(gym.Wrapper):
@@ -110,3 +145,53 @@ class HistoryWrapper(gym.Wrapper):
     def _age_s(self, info: dict) -> float | None:
         """The observation's age from NetworkedEnv's info, when the representation uses it."""
         return info['obs_age_ms'] / 1e3 if self.history.rep.obs_age else None
+
+
+class VectorHistoryWrapper(gym.vector.VectorWrapper):
+    """``HistoryWrapper`` for a whole ``SAME_STEP`` vector env (e.g. ``VectorNetworkedCartPole``), in arrays.
+
+    A row whose episode ended gets the new episode's first features, and ``info['final_obs']`` holds
+    the features of the ended episode's last observation (with the action sent for it), as a
+    ``SyncVectorEnv`` of ``HistoryWrapper`` envs gives them. The ages come from ``info['obs_age_ms']``
+    (and ``info['final_info']['obs_age_ms']`` for final observations).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, rep: Representation) -> None:
+        super().__init__(env)
+        obs_size = int(np.prod(env.single_observation_space.shape))
+        space = env.single_action_space
+        n_actions = int(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec[0])
+        self.history = HistoryBatch(rep, obs_size, n_actions, env.num_envs)
+        self._rows = np.arange(env.num_envs)
+        size = rep.feature_size(obs_size, n_actions)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.history.reset(self._rows, obs, self._age_s(info))
+        return self.history.features(), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        sent = np.asarray(actions).reshape(self.num_envs, -1)[:, 0]
+        ended = np.flatnonzero(info['_final_obs']) if 'final_obs' in info else np.zeros(0, np.int64)
+        if ended.size:  # the ended episodes' last step, as HistoryWrapper.step saw it before the reset
+            final_age = self._age_s(info['final_info'])
+            final_raw = np.stack([info['final_obs'][i] for i in ended])
+            self.history.update(ended, final_raw, sent[ended], None if final_age is None else final_age[ended])
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i, features in zip(ended, self.history.features(ended)):
+                final_obs[i] = features
+            info = {**info, 'final_obs': final_obs}
+            self.history.reset(ended, obs[ended], None if (age := self._age_s(info)) is None else age[ended])
+        going = np.ones(self.num_envs, bool)
+        going[ended] = False
+        going = np.flatnonzero(going)
+        age = self._age_s(info)
+        self.history.update(going, obs[going], sent[going], None if age is None else age[going])
+        return self.history.features(), reward, terminated, truncated, info
+
+    def _age_s(self, info: dict) -> np.ndarray | None:
+        """The observations' ages from the networked envs' info, when the representation uses them."""
+        return np.asarray(info['obs_age_ms'], dtype=np.float64) / 1e3 if self.history.rep.obs_age else None

@@ -121,3 +121,30 @@ def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy
     assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0
     with pytest.raises(CheckpointError, match='cannot measure without a clock shared with the env'):
         PolicyRunner.from_checkpoint(tmp_path)
+
+
+def test_cartpole_learns_on_the_fast_path_under_full_net_aware(tmp_path: Path) -> None:
+    from calf_agent.regimes import default_representation, vec_env_factory
+    from calf_agent.representation import VectorHistoryWrapper
+    from calf_shim.profiles import load_profile
+    profile = load_profile('full_net_aware')
+    factory = vec_env_factory('cartpole', profile, default_representation('cartpole', profile), seed=1, fast=True)
+    assert isinstance(factory(2), VectorHistoryWrapper)
+    cfg = dataclasses.replace(cartpole_defaults(), total_steps=12_288, seed=1)
+    result = train(cfg, factory, tmp_path / 'a', progress=False)
+    first = np.mean(result.episode_returns[:20])
+    assert result.mean_return > max(2 * first, 3 * RANDOM_CARTPOLE_RETURN)
+    short = dataclasses.replace(cfg, total_steps=512)
+    runs = [train(short, factory, tmp_path / run, progress=False) for run in ('b', 'c')]
+    assert runs[0].episode_returns == runs[1].episode_returns
+    weights = [load_file(str(run.out_dir / 'policy.safetensors')) for run in runs]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_calf_train_envs_sets_the_rollout_width(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from calf_bringup import cli
+    assert cli.main(['train', '--envs', '32', '--steps', '1024', '--quiet', '--out', str(tmp_path)]) == 0
+    assert load_checkpoint(tmp_path)[1]['train_config']['num_envs'] == 32
+    assert cli.main(['train', '--envs', '128', '--steps', '512', '--quiet', '--out', str(tmp_path / 'x')]) == 2
+    assert 'bad training settings: total_steps=512 is below one rollout' in capsys.readouterr().err

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--steps', type=int, help='environment decisions to train for (default per env)')
+    parser.add_argument('--envs', type=int, help='envs per rollout (default 8 for CartPole); CartPole uses the '
+                                                 'numpy fast path from 32 when the network allows it')
     parser.add_argument('--frames', type=int, help='frame stack k (default: d + 1, d = typical delay in ticks)')
     parser.add_argument('--action-history', type=int, help='actions remembered (default: d)')
     parser.add_argument('--obs-age', action='store_true',
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                              actions=default.actions if args.action_history is None else args.action_history,
                              obs_age=args.obs_age)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
-                          rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet)
+                          rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
     return 0
