@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
-from calf_agent.representation import HistoryFeatures, Representation
+from calf_agent.representation import HistoryFeatures, Representation, observation_age_s
 from calf_env.envs import make_networked_env
 from calf_shim.profiles import Profile
 
@@ -76,7 +76,8 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
             action = actions[i]
             obs, _, terminated, truncated, info = envs[i].step(action)
             if not (terminated or truncated):
-                feats[i] = histories[i].update(obs, int(np.asarray(action).reshape(-1)[0]), _age_s(rep, info))
+                feats[i] = histories[i].update(obs, int(np.asarray(action).reshape(-1)[0]),
+                                               observation_age_s(rep, info))
                 seqs[i] = info['obs_seq']
                 continue
             summary = envs[i].stepper.finish()
@@ -94,12 +95,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
 def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int]:
     """Reset ``env`` for a new episode: the first features and the tick of the observation."""
     obs, info = env.reset(seed=seed)
-    return history.reset(obs, _age_s(history.rep, info)), int(info['obs_seq'])
-
-
-def _age_s(rep: Representation, info: dict[str, Any]) -> float | None:
-    """The observation's age (seconds) when the representation reads it."""
-    return info['obs_age_ms'] / 1e3 if rep.obs_age else None
+    return history.reset(obs, observation_age_s(history.rep, info)), int(info['obs_seq'])
 
 
 def _reset_state(state: Any, rows: np.ndarray) -> Any:

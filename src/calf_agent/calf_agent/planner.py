@@ -27,9 +27,10 @@ from tqdm import tqdm
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import MlpAgent, as_batch, make_agent, mlp
+from calf_agent.regimes import typical_delay_ticks
 from calf_env.envs import env_spec, make_env
 from calf_shim.errors import ConfigError
-from calf_shim.profiles import load_profile, sample_e2e
+from calf_shim.profiles import load_profile
 
 PlanState = tuple[Tensor]
 """``(memory,)``, memory ``[1, B, 2 + H]``: a flag that a plan was sent, its obs seq, the plan.
@@ -142,12 +143,6 @@ class PlanningAgent(nn.Module):
         return plans.numpy(), (memory.unsqueeze(0),)
 
 
-def lead_ticks(network: str, dt: float) -> int:
-    """The p95 end-to-end latency of ``network``, in env ticks rounded up."""
-    p95_ms = sample_e2e(load_profile(network), n=20_000, seed=0, dt_s=dt).p95_ms
-    return 0 if not p95_ms > 0 else math.ceil(p95_ms / (dt * 1e3) - 1e-9)
-
-
 def collect_transitions(env_name: str, policy: MlpAgent, steps: int, seed: int, explore: float = 0.3
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``steps`` transitions of the bare env under ``policy``, with a random action at rate ``explore``."""
@@ -198,7 +193,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     spec = env_spec(base_meta['env'])
     if not spec.safe_start:
         raise ConfigError(f'the model planner needs a safe start plan, and env {spec.name!r} has none')
-    lead = min(lead_ticks(network, spec.dt), plan_horizon - 1) if lead is None else lead
+    if lead is None:
+        lead = min(typical_delay_ticks(load_profile(network), spec.dt, percentile=95), plan_horizon - 1)
     if not 0 <= lead < plan_horizon:
         raise ConfigError(f'the plan lead must be in [0, {plan_horizon}) for plan horizon {plan_horizon}, got {lead}')
     torch.manual_seed(seed)

@@ -26,10 +26,12 @@ def regime_profile(regime: str) -> str:
         raise ConfigError(f'unknown regime {regime!r}: choose one of {", ".join(REGIMES)}') from None
 
 
-def typical_delay_ticks(profile: Profile, dt: float) -> int:
-    """d: the profile's median end-to-end latency in env ticks, rounded up (0 for a clean link)."""
-    p50_ms = sample_e2e(profile, n=20_000, seed=0, dt_s=dt).p50_ms
-    return 0 if not p50_ms > 0 else math.ceil(p50_ms / (dt * 1e3) - 1e-9)
+def typical_delay_ticks(profile: Profile, dt: float, percentile: int = 50) -> int:
+    """The profile's end-to-end latency at ``percentile`` (50: d, or 95) in env ticks, rounded up (0 for a
+    clean link)."""
+    stats = sample_e2e(profile, n=20_000, seed=0, dt_s=dt)
+    latency_ms = {50: stats.p50_ms, 95: stats.p95_ms}[percentile]
+    return 0 if not latency_ms > 0 else math.ceil(latency_ms / (dt * 1e3) - 1e-9)
 
 
 def default_representation(env: str, profile: Profile) -> Representation:

@@ -9,6 +9,7 @@ the policy sent.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -121,6 +122,12 @@ class HistoryFeatures:
         return self._batch.features()[0]
 
 
+def observation_age_s(rep: Representation, info: dict) -> Any:
+    """The observation age(s) in seconds from a networked env's info (an array for a vector env's), when
+    ``rep`` reads it; else None."""
+    return np.asarray(info['obs_age_ms'], dtype=np.float64) / 1e3 if rep.obs_age else None
+
+
 class HistoryWrapper(gym.Wrapper):
     """Gymnasium wrapper applying ``HistoryFeatures`` to a (networked) env's observations."""
 
@@ -135,16 +142,13 @@ class HistoryWrapper(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return self.history.reset(obs, self._age_s(info)), info
+        return self.history.reset(obs, observation_age_s(self.history.rep, info)), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         first = int(np.asarray(action).reshape(-1)[0])
-        return self.history.update(obs, first, self._age_s(info)), reward, terminated, truncated, info
-
-    def _age_s(self, info: dict) -> float | None:
-        """The observation's age from NetworkedEnv's info, when the representation uses it."""
-        return info['obs_age_ms'] / 1e3 if self.history.rep.obs_age else None
+        age_s = observation_age_s(self.history.rep, info)
+        return self.history.update(obs, first, age_s), reward, terminated, truncated, info
 
 
 class VectorHistoryWrapper(gym.vector.VectorWrapper):
@@ -169,7 +173,7 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        self.history.reset(self._rows, obs, self._age_s(info))
+        self.history.reset(self._rows, obs, observation_age_s(self.history.rep, info))
         return self.history.features(), info
 
     def step(self, actions):
@@ -177,21 +181,18 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
         sent = np.asarray(actions).reshape(self.num_envs, -1)[:, 0]
         ended = np.flatnonzero(info['_final_obs']) if 'final_obs' in info else np.zeros(0, np.int64)
         if ended.size:  # the ended episodes' last step, as HistoryWrapper.step saw it before the reset
-            final_age = self._age_s(info['final_info'])
+            final_age = observation_age_s(self.history.rep, info['final_info'])
             final_raw = np.stack([info['final_obs'][i] for i in ended])
             self.history.update(ended, final_raw, sent[ended], None if final_age is None else final_age[ended])
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i, features in zip(ended, self.history.features(ended)):
                 final_obs[i] = features
             info = {**info, 'final_obs': final_obs}
-            self.history.reset(ended, obs[ended], None if (age := self._age_s(info)) is None else age[ended])
+            age = observation_age_s(self.history.rep, info)
+            self.history.reset(ended, obs[ended], None if age is None else age[ended])
         going = np.ones(self.num_envs, bool)
         going[ended] = False
         going = np.flatnonzero(going)
-        age = self._age_s(info)
+        age = observation_age_s(self.history.rep, info)
         self.history.update(going, obs[going], sent[going], None if age is None else age[going])
         return self.history.features(), reward, terminated, truncated, info
-
-    def _age_s(self, info: dict) -> np.ndarray | None:
-        """The observations' ages from the networked envs' info, when the representation uses them."""
-        return np.asarray(info['obs_age_ms'], dtype=np.float64) / 1e3 if self.history.rep.obs_age else None

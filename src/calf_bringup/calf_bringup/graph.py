@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import yaml
 from calf_agent.hierarchy import GRAPHS, load_hierarchy
+from calf_env.envs import parse_start_plan
 from calf_shim.errors import ConfigError
 from calf_shim.topic_relay_config import load_relay_config
 
@@ -117,14 +118,13 @@ def graph_from_launch(mode: str, values: dict[str, str]) -> list[NodeSpec]:
         seed, time_scale, episodes = int(values['seed']), float(values['time_scale']), int(values['episodes'])
     except ValueError as err:
         raise ConfigError(f'bad launch argument: {err}') from None
-    start_plan = yaml.safe_load(values['start_plan']) if values['start_plan'] else None
-    if start_plan is not None and (not isinstance(start_plan, list) or
-                                   not all(isinstance(a, int) and not isinstance(a, bool) for a in start_plan)):
-        raise ConfigError(f'bad launch argument: start_plan must be a list of integer actions such as [0,1], '
-                          f'got {values["start_plan"]!r}')
+    try:
+        start_plan = parse_start_plan(values['start_plan']) if values['start_plan'] else None
+    except (ConfigError, yaml.YAMLError) as err:
+        raise ConfigError(f'bad launch argument: {" ".join(str(err).split())}') from None
     return build_graph(mode, values['role'], values['network'], values['policy'] or None, values['env'], seed,
                        time_scale, episodes, values['discovery'] or None, graph=values['graph'],
-                       start_plan=None if start_plan is None else tuple(start_plan))
+                       start_plan=start_plan)
 
 
 def impair_from_launch(values: dict[str, str]) -> list[NodeSpec]:

@@ -9,7 +9,7 @@ from calf_shim.node_params import declare_parameters, positive_number
 from calf_shim.qos import STREAM, QosConfig
 from rclpy.node import Node
 
-from calf_env.envs import env_spec
+from calf_env.envs import env_spec, parse_start_plan
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'dt': (None, 'tick period of the task (seconds); default: the task\'s own (cartpole 0.02, minigrid 0.1)'),
@@ -50,7 +50,7 @@ class EnvNodeConfig:
         env = declare_parameters(node, {'env': ('cartpole', 'task: cartpole or minigrid')})['env']
         defaults = {**PARAMETERS, 'dt': (env_spec(env).dt, PARAMETERS['dt'][1])}
         p = declare_parameters(node, defaults, dynamic=(*FLOATS, 'start_plan'))
-        p['start_plan'] = action_list('start_plan', p['start_plan'])
+        p['start_plan'] = parse_start_plan(p['start_plan'])
         for name in FLOATS:
             p[name] = positive_number(name, p[name])
         if p['episodes'] < 0:
@@ -58,16 +58,6 @@ class EnvNodeConfig:
         p['qos'] = QosConfig(p.pop('qos_reliability'), p.pop('qos_durability'), p.pop('qos_depth'))
         p['qos'].profile()
         return cls(env=env, **p)
-
-
-def action_list(name: str, value: Any) -> tuple[int, ...]:
-    """An integer-array parameter (``''`` for none) as a tuple, else a ConfigError naming ``name``."""
-    if value == '':
-        return ()
-    if not isinstance(value, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
-                                                       for a in value):
-        raise ConfigError(f'{name} must be a list of integer actions such as [0, 1], got {value!r}')
-    return tuple(value)
 
 
 def next_tick(k: int, elapsed_s: float, tick_s: float) -> int:

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import yaml
 from calf_shim.errors import ConfigError
 from calf_shim.link import Link
 from calf_shim.networked_env import NetworkedEnv
@@ -64,6 +66,16 @@ def make_env(name: str) -> gym.Env:
         import minigrid  # noqa: F401  (registers the MiniGrid ids)
         return FlatImageObservation(gym.make(spec.gym_id))
     return gym.make(spec.gym_id)
+
+
+def parse_start_plan(value: Any) -> tuple[int, ...]:
+    """A start plan given as a list of actions, or as its YAML text (``''``: none), else a ConfigError."""
+    if isinstance(value, str):
+        value = yaml.safe_load(value) if value.strip() else []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                       for a in value):
+        raise ConfigError(f'start_plan must be a list of integer actions such as [0, 1], got {value!r}')
+    return tuple(value)
 
 
 def make_stepper(name: str, env: gym.Env | None = None, start_plan: tuple[int, ...] = ()) -> Stepper:
