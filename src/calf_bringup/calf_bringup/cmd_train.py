@@ -63,6 +63,9 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
     if args.plan_horizon < 2:
         raise SystemExit('calf train: error: --planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
+    if not ENV_SPECS[args.env].safe_start:
+        raise SystemExit(f'calf train: error: --planner model needs a rolled-forward state and a safe start plan, '
+                         f'which {args.env} does not have: use --planner ppo')
     if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:
         raise SystemExit(f'calf train: error: --plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
