@@ -5,6 +5,8 @@ import argparse
 from pathlib import Path
 
 from calf_agent.hierarchy import GRAPHS
+from calf_env.envs import parse_start_plan
+from calf_shim.errors import ConfigError
 
 from calf_bringup.graph import IMPAIR, MODES, ROLES, build_graph, impair_graph
 from calf_bringup.runner import run_graph
@@ -28,10 +30,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--discovery', help='localhost|subnet|off|system_default, a Fast DDS XML profile, or peers:IP,IP,... (static peers)')
     parser.add_argument('--time-scale', type=float, default=1.0, help='run this many times faster than real time')
     parser.add_argument('--episodes', type=int, default=0, help='stop after this many episodes (0: run until Ctrl-C)')
+    parser.add_argument('--start-plan', type=_start_plan,
+                        help='actions the env cycles until the first plan arrives, e.g. [0,1] (default: the '
+                             '--policy checkpoint\'s start plan, else hold the initial action)')
     parser.add_argument('--graph', choices=GRAPHS, default='flat_desktop',
                         help='where the policy runs: flat_desktop, flat_edge, or hierarchical (--policy from '
                              'calf train-hierarchy)')
     parser.set_defaults(func=run)
+
+
+def _start_plan(text: str) -> tuple[int, ...]:
+    try:
+        return parse_start_plan(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,5 +51,5 @@ def run(args: argparse.Namespace) -> int:
         return run_graph(impair_graph(args.config, args.seed, args.time_scale, args.discovery, args.trace_bag),
                          args.domain_id)
     specs = build_graph(args.mode, args.role, args.network, args.policy, args.env, args.seed, args.time_scale,
-                        args.episodes, args.discovery, args.graph)
+                        args.episodes, args.discovery, args.graph, args.start_plan)
     return run_graph(specs, args.domain_id)

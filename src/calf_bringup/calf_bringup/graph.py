@@ -120,8 +120,8 @@ def graph_from_launch(mode: str, values: dict[str, str]) -> list[NodeSpec]:
         raise ConfigError(f'bad launch argument: {err}') from None
     try:
         start_plan = parse_start_plan(values['start_plan']) if values['start_plan'] else None
-    except (ConfigError, yaml.YAMLError) as err:
-        raise ConfigError(f'bad launch argument: {" ".join(str(err).split())}') from None
+    except ConfigError as err:
+        raise ConfigError(f'bad launch argument: {err}') from None
     return build_graph(mode, values['role'], values['network'], values['policy'] or None, values['env'], seed,
                        time_scale, episodes, values['discovery'] or None, graph=values['graph'],
                        start_plan=start_plan)

@@ -215,6 +215,17 @@ def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPa
     assert started == [([env_node(7, 4.0, 3), shim_node('wifi_degraded', 7, 4.0)], 9)]
 
 
+def test_calf_run_passes_a_start_plan_to_the_env_node(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    started = []
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append(specs) or 0)
+    assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,1]']) == 0
+    assert started[0][0].parameters['start_plan'] == [0, 1]
+    with pytest.raises(SystemExit):
+        cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,'])
+    assert "start_plan must be a list of integer actions such as [0, 1], got '[0,'" in capsys.readouterr().err
+
+
 def test_calf_run_without_a_policy_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(['run', 'local_sim']) == 2
     assert capsys.readouterr().err.startswith('calf run: error: the policy node needs a checkpoint')

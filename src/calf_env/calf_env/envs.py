@@ -71,7 +71,10 @@ def make_env(name: str) -> gym.Env:
 def parse_start_plan(value: Any) -> tuple[int, ...]:
     """A start plan given as a list of actions, or as its YAML text (``''``: none), else a ConfigError."""
     if isinstance(value, str):
-        value = yaml.safe_load(value) if value.strip() else []
+        try:
+            value = yaml.safe_load(value) if value.strip() else []
+        except yaml.YAMLError:
+            pass  # reported below, as the text it is
     if not isinstance(value, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
                                                        for a in value):
         raise ConfigError(f'start_plan must be a list of integer actions such as [0, 1], got {value!r}')
