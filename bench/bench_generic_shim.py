@@ -80,7 +80,7 @@ def run_once(config: str, rate: float, seconds: float) -> RunResult:
     from rclpy.serialization import serialize_message
     from std_msgs.msg import UInt8MultiArray
 
-    from calf_shim.qos import QosConfig
+    from calf_ros.qos import QosConfig
 
     ctx = mp.get_context('spawn')
     ready, stop = ctx.Event(), ctx.Event()

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from calf_shim.profiles import available_profiles, load_profile
+from calf_core.profiles import available_profiles, load_profile
 
 
 def transmits_per_s(name: str, messages: int) -> float:

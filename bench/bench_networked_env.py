@@ -1,7 +1,7 @@
 """NetworkedEnv's cost per step against bare CartPole-v1, and the many-env fast path's throughput.
 
 The bare baseline is ``gym.make('CartPole-v1')``, the same env object stack that NetworkedEnv wraps
-(``calf_env.envs.make_env('cartpole')``), stepped with the same actions. Per step, NetworkedEnv runs
+(``calf_core.envs.make_env('cartpole')``), stepped with the same actions. Per step, NetworkedEnv runs
 one agent decision: the ticks until the next delivered observation (each one a CartPole step) and
 the link events in between. So two ratios are printed: per agent step and per env tick.
 
@@ -22,9 +22,9 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from calf_env.envs import make_networked_env
-from calf_shim.profiles import load_profile
-from calf_shim.vector_networked import VectorNetworkedCartPole
+from calf_core.envs import make_networked_env
+from calf_core.profiles import load_profile
+from calf_core.vector_networked import VectorNetworkedCartPole
 
 
 def bare_steps_per_s(steps: int) -> float:

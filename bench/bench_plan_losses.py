@@ -22,7 +22,7 @@ from pathlib import Path
 
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.regimes import train_policy
-from calf_shim.profiles import load_profile
+from calf_core.profiles import load_profile
 
 VARIANTS = {'naive': (False, 'independent'), 'masked': (True, 'independent'), 'time': (True, 'time')}
 PROFILES = ('sim_clean', 'wifi_normal', 'wifi_degraded')

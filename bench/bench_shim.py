@@ -90,7 +90,7 @@ def run_shim(profile: str, priority: int, ready: Any, stop: Any, conn: Any) -> N
 
 def send_loop(pubs: list[Any], msg_type: type, rate: float, n: int) -> None:
     """Publish n messages at `rate` Hz on each publisher, stamped just before each publish."""
-    from calf_shim.conversions import time_msg
+    from calf_ros.conversions import time_msg
 
     start = time.monotonic() + 0.05
     for i in range(n):
@@ -108,8 +108,8 @@ def run_once(profile: str, delay_ms: float, rate: float, seconds: float, priorit
     from calf_msgs.msg import Observation
     from rclpy.executors import SingleThreadedExecutor
 
-    from calf_shim.conversions import time_ns
-    from calf_shim.qos import QosConfig
+    from calf_ros.conversions import time_ns
+    from calf_ros.qos import QosConfig
 
     ctx = mp.get_context('spawn')
     ready, stop = ctx.Event(), ctx.Event()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from calf_agent.regimes import default_representation, vec_env_factory
 from calf_agent.trainer import cartpole_defaults, train
-from calf_shim.profiles import load_profile
+from calf_core.profiles import load_profile
 
 PROFILE = 'full_net_aware'
 

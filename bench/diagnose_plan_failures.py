@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
-from calf_env.envs import make_networked_env
-from calf_shim.profiles import load_profile
-from calf_shim.timing import AppliedAction
+from calf_core.envs import make_networked_env
+from calf_core.profiles import load_profile
+from calf_core.timing import AppliedAction
 
 WINDOW = 15
 

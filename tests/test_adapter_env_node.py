@@ -18,11 +18,11 @@ from calf_agent.adapter_policy_node import AdapterPolicyNode
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
 from calf_env.adapter_env_node import AdapterEnvNode
-from calf_shim.bags import read_trace_bag
-from calf_shim.errors import ConfigError
+from calf_core.bags import read_trace_bag
+from calf_core.errors import ConfigError
 from calf_shim.generic_shim_node import GenericShimNode
-from calf_shim.qos import RESULTS
-from calf_shim.timing import Verdict
+from calf_ros.qos import RESULTS
+from calf_core.timing import Verdict
 from geometry_msgs.msg import Twist
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node

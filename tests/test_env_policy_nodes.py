@@ -19,9 +19,9 @@ from calf_agent.policies import MlpAgent
 from calf_agent.policy_node import PolicyNode
 from calf_env.env_config import next_tick
 from calf_env.env_node import EnvNode
-from calf_shim.errors import ConfigError
-from calf_shim.qos import RESULTS, STREAM
-from calf_shim.timing import Verdict
+from calf_core.errors import ConfigError
+from calf_ros.qos import RESULTS, STREAM
+from calf_core.timing import Verdict
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node

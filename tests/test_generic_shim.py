@@ -26,12 +26,12 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import LaserScan
 from std_msgs.msg import String
 
-from calf_shim.bags import TRACE_TOPIC, TRACE_TYPE, read_bag, read_trace_bag
-from calf_shim.errors import TraceError
+from calf_core.bags import TRACE_TOPIC, TRACE_TYPE, read_bag, read_trace_bag
+from calf_core.errors import TraceError
 from calf_shim.generic_shim_node import GenericShimNode
-from calf_shim.profiles import load_profile
-from calf_shim.qos import RESULTS
-from calf_shim.traces import trace_stats
+from calf_core.profiles import load_profile
+from calf_ros.qos import RESULTS
+from calf_core.traces import trace_stats
 from ros_helpers import new_context, shut_down, spin_until
 
 pytestmark = pytest.mark.ros

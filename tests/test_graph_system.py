@@ -27,8 +27,8 @@ from calf_agent.regimes import train_policy
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.runner import Graph, run_graph
-from calf_shim.errors import ConfigError
-from calf_shim.qos import RESULTS
+from calf_core.errors import ConfigError
+from calf_ros.qos import RESULTS
 from ros_helpers import new_context, spin_until
 
 SCALE = 4.0

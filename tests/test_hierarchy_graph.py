@@ -23,8 +23,8 @@ from calf_agent.policies import MlpAgent
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.runner import Graph
-from calf_shim.errors import ConfigError
-from calf_shim.qos import RESULTS, STREAM
+from calf_core.errors import ConfigError
+from calf_ros.qos import RESULTS, STREAM
 from ros_helpers import new_context, spin_until
 
 SCALE = 4.0

@@ -16,9 +16,9 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from calf_shim.conversions import time_msg, time_ns
-from calf_shim.qos import RESULTS
-from calf_shim.profiles import available_profiles
+from calf_ros.conversions import time_msg, time_ns
+from calf_ros.qos import RESULTS
+from calf_core.profiles import available_profiles
 from calf_shim.shim_node import ShimNode
 from ros_helpers import new_context, shut_down, spin_until
 

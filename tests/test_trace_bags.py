@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from calf_shim.bags import (
+from calf_core.bags import (
     TRACE_TOPIC,
     TRACE_TYPE,
     TraceBagWriter,
@@ -24,10 +24,10 @@ from calf_shim.bags import (
     typestore,
     write_trace_bag,
 )
-from calf_shim.conversions import time_msg
-from calf_shim.errors import TraceError
-from calf_shim.profiles import load_profile
-from calf_shim.traces import Sample, resolve_network, synth_trace
+from calf_ros.conversions import time_msg
+from calf_core.errors import TraceError
+from calf_core.profiles import load_profile
+from calf_core.traces import Sample, resolve_network, synth_trace
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from ros_helpers import new_context, spin_until
@@ -183,7 +183,7 @@ def test_cli_info_on_a_damaged_bag_exits_2_with_one_line(tmp_path):
 
 def returns_under(profile: object, seed: int, episodes: int = 3) -> list[float]:
     """A fixed controller (push towards the pole's lean) on networked CartPole."""
-    from calf_env.envs import make_networked_env
+    from calf_core.envs import make_networked_env
 
     env = make_networked_env('cartpole', profile, seed=seed)
     returns = []
@@ -262,7 +262,7 @@ def _record_and_publish(tmp_path: Path, extra: list[str], live: tuple) -> tuple[
     20 observations: those with seq % 5 == 3 never reach the desktop side, and the actions for
     seq % 4 == 1 never reach the edge. Returns once the recorder has published all their samples,
     with every sample published and the steady-clock time the 20 began (the recorder's clock)."""
-    from calf_shim.qos import RESULTS
+    from calf_ros.qos import RESULTS
 
     from calf_msgs.msg import Action, Observation, TraceSample
 
@@ -358,7 +358,7 @@ def _readable(bag: Path) -> int:
 @pytest.mark.ros
 def test_recorder_measures_the_shim(tmp_path, live):
     """The real shim (in process) under delay_only: the recorder sees about 25 ms each way, no loss."""
-    from calf_shim.qos import RESULTS, STREAM
+    from calf_ros.qos import RESULTS, STREAM
     from calf_shim.shim_node import ShimNode
     from rclpy.parameter import Parameter
 

@@ -353,7 +353,7 @@ def listen() -> None:
     """Print every EpisodeResult on RESULT_TOPIC as a JSON line, until SIGTERM or SIGINT."""
     import rclpy
     from calf_msgs.msg import EpisodeResult
-    from calf_shim.qos import RESULTS
+    from calf_ros.qos import RESULTS
     from rclpy.executors import ExternalShutdownException
 
     def on_result(msg: EpisodeResult) -> None:

@@ -15,7 +15,7 @@ setup(
     zip_safe=True,
     maintainer='CALF developers',
     maintainer_email='calf@example.org',
-    description='Network models, the virtual-time NetworkedEnv, the shim node and trace recording.',
+    description='The shim: relays that impair live traffic (CALF topics or any topic), and trace recording.',
     license='Apache-2.0',
     entry_points={
         'console_scripts': [

@@ -1,7 +1,7 @@
 """The adapter policy node: a trained policy driving an existing robot's standard topics.
 
 It reads observations from the topic and message type named in an adapter file
-(``calf_shim.adapters``), asks ``PolicyRunner`` for a plan, and publishes the plan's first action
+(``calf_ros.adapters``), asks ``PolicyRunner`` for a plan, and publishes the plan's first action
 on the robot's command topic (e.g. ``geometry_msgs/Twist`` on ``/cmd_vel``) through the adapter's
 action table. Robot messages carry no episode or sequence number: every received message is
 observation k of one endless episode, numbered in order of arrival.
@@ -12,12 +12,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from calf_shim.adapters import AdapterConfig, load_adapter_config, set_fields
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters
-from calf_shim.qos import QosConfig
-from calf_shim.topic_relay_config import resolve_type
+from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
+from calf_core.errors import ConfigError, MessageError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import QosConfig
+from calf_ros.message_types import resolve_type
 from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner

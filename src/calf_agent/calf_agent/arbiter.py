@@ -10,7 +10,7 @@ Every sub-policy answers every observation it receives; the arbiter forwards one
   came back, for the node to log.
 - **Forwarding.** An action is forwarded when it comes from the followed sub-policy, belongs
   to the current episode, and answers a newer observation than the last action forwarded. An
-  older one would be discarded by the env anyway (``calf_shim.timing``): so after a switch from
+  older one would be discarded by the env anyway (``calf_core.timing``): so after a switch from
   the edge sub-policy to a remote one, the env holds the last action until the remote one
   answers an observation newer than the switch.
 
@@ -25,8 +25,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from calf_shim.errors import ConfigError
-from calf_shim.timing import ObservationGate
+from calf_core.errors import ConfigError
+from calf_core.timing import ObservationGate
 
 
 class Gate(Protocol):

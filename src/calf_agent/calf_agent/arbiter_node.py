@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from calf_env.envs import make_env
-from calf_shim.conversions import msg_to_obs
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters, positive_number
-from calf_shim.qos import STREAM, QosConfig
+from calf_core.envs import make_env
+from calf_ros.conversions import msg_to_obs
+from calf_core.errors import ConfigError, MessageError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters, positive_number
+from calf_ros.qos import STREAM, QosConfig
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 

@@ -1,7 +1,7 @@
 """Exceptions raised by calf_agent."""
 from __future__ import annotations
 
-from calf_shim.errors import CalfError
+from calf_core.errors import CalfError
 
 
 class CheckpointError(CalfError):

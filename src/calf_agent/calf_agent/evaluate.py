@@ -9,8 +9,8 @@ import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.representation import HistoryFeatures, Representation, observation_age_s
-from calf_env.envs import make_networked_env
-from calf_shim.profiles import Profile
+from calf_core.envs import make_networked_env
+from calf_core.profiles import Profile
 
 
 @dataclass

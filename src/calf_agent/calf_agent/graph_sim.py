@@ -3,7 +3,7 @@
 - ``flat_desktop``: ``evaluate_sim`` behind the profile.
 - ``flat_edge``: ``evaluate_sim`` behind ``sim_clean``: the policy sits beside the env.
 - ``hierarchical``: ``evaluate_hierarchy_sim``, an event simulation of the live hierarchical graph
-  under the timing rules of ``calf_shim.timing``. Edge sub-policies and the arbiter sit beside the
+  under the timing rules of ``calf_core.timing``. Edge sub-policies and the arbiter sit beside the
   env: they see each observation when it is emitted, and their actions reach the env at once (the
   ``sim_clean`` link, no compute time). Desktop sub-policies share one network link, as they
   share the shim: each observation crosses the uplink once and reaches all of them; each of their
@@ -24,12 +24,12 @@ from calf_agent.arbiter import Arbiter, make_arbiter
 from calf_agent.evaluate import EpisodeLog, evaluate_sim
 from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
 from calf_agent.policy_runner import PolicyRunner
-from calf_env.envs import env_spec, make_stepper
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link
-from calf_shim.networked_env import MESSAGE_OVERHEAD_BYTES
-from calf_shim.profiles import Profile, load_profile
-from calf_shim.timing import EpisodeSummary, ObsRecord, Stepper
+from calf_core.envs import env_spec, make_stepper
+from calf_core.errors import ConfigError
+from calf_core.link import Link
+from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
+from calf_core.profiles import Profile, load_profile
+from calf_core.timing import EpisodeSummary, ObsRecord, Stepper
 
 _ACTION, _TICK, _OBS, _FREE = 0, 1, 2, 3  # event ranks at equal times, as in NetworkedEnv
 

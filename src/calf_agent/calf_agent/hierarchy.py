@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from calf_agent.arbiter import make_gate
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 HIERARCHY_FILE = 'hierarchy.json'
 FORMAT = 1

@@ -17,8 +17,8 @@ from calf_agent.regimes import default_representation, regime_profile, vec_env_f
 from calf_agent.representation import Representation
 from calf_agent.subtasks import make_subtask_env, subtasks
 from calf_agent.trainer import TrainResult, cartpole_defaults, minigrid_defaults, train
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import load_profile
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
 
 SILENCE_TIMEOUT_S = {'cartpole': 0.2, 'minigrid': 1.0}  # about 10 ticks of each env
 

@@ -28,9 +28,9 @@ from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import MlpAgent, as_batch, make_agent, mlp
 from calf_agent.regimes import typical_delay_ticks
-from calf_env.envs import env_spec, make_env
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import load_profile
+from calf_core.envs import env_spec, make_env
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
 
 PlanState = tuple[Tensor]
 """``(memory,)``, memory ``[1, B, 2 + H]``: a flag that a plan was sent, its obs seq, the plan.

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from calf_shim.conversions import msg_to_obs, plan_to_msg
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters
-from calf_shim.qos import STREAM, QosConfig
+from calf_ros.conversions import msg_to_obs, plan_to_msg
+from calf_core.errors import ConfigError, MessageError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import STREAM, QosConfig
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 

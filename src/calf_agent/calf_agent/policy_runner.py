@@ -17,7 +17,7 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import Agent
 from calf_agent.representation import HistoryFeatures, Representation
-from calf_shim.timing import ObservationGate
+from calf_core.timing import ObservationGate
 
 
 class PolicyRunner:

@@ -10,10 +10,10 @@ import gymnasium as gym
 
 from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
 from calf_agent.trainer import TrainConfig, TrainResult, cartpole_defaults, minigrid_defaults, train
-from calf_env.envs import env_spec, make_networked_env
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import Profile, load_profile, sample_e2e
-from calf_shim.vector_networked import VectorNetworkedCartPole
+from calf_core.envs import env_spec, make_networked_env
+from calf_core.errors import ConfigError
+from calf_core.profiles import Profile, load_profile, sample_e2e
+from calf_core.vector_networked import VectorNetworkedCartPole
 
 REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'delay_only', 'full': 'full_net_aware'}
 """Regime name -> the network profile it trains under."""

@@ -1,6 +1,6 @@
 """Sub-tasks of the hierarchical policy graphs (paper, RQ3): reward and termination wrappers.
 
-Each sub-task is a gymnasium wrapper around ``calf_env.envs.make_env(env)`` that keeps the flat
+Each sub-task is a gymnasium wrapper around ``calf_core.envs.make_env(env)`` that keeps the flat
 observation and the action space, and changes only reward, termination and (MiniGrid) the start
 state. It sits *inside* ``NetworkedEnv``, so that its reward is earned tick by tick under the
 same timing rules as the task's own.
@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from calf_env.envs import make_env
-from calf_shim.errors import ConfigError
+from calf_core.envs import make_env
+from calf_core.errors import ConfigError
 
 THETA_LIMIT = 0.2095  # rad: CartPole-v1 ends the episode beyond 12 degrees
 OMEGA_SCALE = 2.0  # rad/s: angular speed at which stabilise earns nothing for it

@@ -7,7 +7,7 @@ import pytest
 from calf_agent.arbiter import AGENT_CELL, DOOR, GOAL, KEY, Arbiter, CartPoleGate, DoorKeyGate, Reason, make_arbiter, \
     make_gate
 from calf_agent.subtasks import make_subtask_env
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 SOURCES = ('stabilise', 'recenter')
 TIMEOUT = 0.2

@@ -12,7 +12,7 @@ from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import Agent, LstmAgent, MlpAgent
 from calf_agent.seeding import seed_everything
-from calf_shim.errors import CalfError
+from calf_core.errors import CalfError
 
 META = {'env': 'cartpole', 'regime': 'full', 'representation': 'raw', 'seed': 3, 'steps': 1000}
 

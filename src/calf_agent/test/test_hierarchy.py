@@ -14,8 +14,8 @@ from calf_agent.graph_sim import evaluate_graph_sim, evaluate_hierarchy_sim
 from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hierarchy
 from calf_agent.hierarchy_train import train_hierarchy
 from calf_agent.policies import LstmAgent, MlpAgent
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import load_profile
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
 
 ALWAYS_RECENTER = {'angle_rad': 10.0, 'angular_velocity_rad_s': 100.0}
 ALWAYS_STABILISE = {'angle_rad': 1e-9, 'angular_velocity_rad_s': 1e-9}

@@ -14,8 +14,8 @@ from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import DynamicsModel, PlanningAgent, collect_transitions, train_planner
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import load_profile
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
 
 SLOW_LINK = """name: fixed_60ms
 description: 60 ms each way, no loss (an end-to-end delay of six CartPole ticks).

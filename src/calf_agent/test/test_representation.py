@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from calf_agent.representation import HistoryFeatures, HistoryWrapper, Representation
-from calf_env.envs import make_networked_env
-from calf_shim.profiles import load_profile
+from calf_core.envs import make_networked_env
+from calf_core.profiles import load_profile
 
 
 def test_default_representation_is_unchanged() -> None:

@@ -7,8 +7,8 @@ from stable_baselines3.common.env_checker import check_env
 
 from calf_agent.regimes import default_representation
 from calf_agent.representation import HistoryWrapper
-from calf_env.envs import make_networked_env
-from calf_shim.profiles import load_profile
+from calf_core.envs import make_networked_env
+from calf_core.profiles import load_profile
 
 
 def test_sb3_ppo_trains_through_networked_env() -> None:

@@ -7,8 +7,8 @@ import pytest
 from calf_agent.arbiter import AGENT_CELL, KEY
 from calf_agent.subtasks import OMEGA_SCALE, SUBTASKS, THETA_LIMIT, V_SCALE, X_LIMIT, make_subtask_env, \
     recenter_reward, stabilise_reward, subtask
-from calf_env.envs import MINIGRID_DONE
-from calf_shim.errors import ConfigError
+from calf_core.envs import MINIGRID_DONE
+from calf_core.errors import ConfigError
 
 FORWARD = 2  # MiniGrid's move-forward action
 

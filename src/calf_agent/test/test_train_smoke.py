@@ -112,7 +112,7 @@ def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy
     from calf_agent.evaluate import evaluate_sim
     from calf_agent.policy_runner import PolicyRunner
     from calf_bringup import cli
-    from calf_shim.profiles import load_profile
+    from calf_core.profiles import load_profile
     assert cli.main(['train', '--obs-age', '--steps', '512', '--quiet', '--out', str(tmp_path)]) == 0
     agent, meta = load_checkpoint(tmp_path)
     frames, actions = meta['representation']['frames'], meta['representation']['actions']
@@ -126,7 +126,7 @@ def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy
 def test_cartpole_learns_on_the_fast_path_under_full_net_aware(tmp_path: Path) -> None:
     from calf_agent.regimes import default_representation, vec_env_factory
     from calf_agent.representation import VectorHistoryWrapper
-    from calf_shim.profiles import load_profile
+    from calf_core.profiles import load_profile
     profile = load_profile('full_net_aware')
     factory = vec_env_factory('cartpole', profile, default_representation('cartpole', profile), seed=1, fast=True)
     assert isinstance(factory(2), VectorHistoryWrapper)

@@ -8,8 +8,8 @@ import pytest
 from calf_agent.regimes import FAST_PATH_MIN_ENVS, fast_path_supported, vec_env_factory
 from calf_agent.representation import HistoryFeatures, HistoryWrapper, Representation, VectorHistoryWrapper
 from calf_agent.trainer import _executed
-from calf_shim.profiles import Profile, load_profile, profile_from_dict
-from calf_shim.vector_networked import VectorNetworkedCartPole
+from calf_core.profiles import Profile, load_profile, profile_from_dict
+from calf_core.vector_networked import VectorNetworkedCartPole
 
 REP = Representation(frames=3, actions=2, obs_age=True)
 

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from calf_shim.errors import CalfError
+from calf_core.errors import CalfError
 
 from calf_bringup import (
     cmd_demo,

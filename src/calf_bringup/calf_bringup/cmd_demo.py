@@ -13,7 +13,7 @@ from pathlib import Path
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import train_planner
 from calf_agent.regimes import regime_profile, train_policy
-from calf_shim.profiles import load_profile
+from calf_core.profiles import load_profile
 
 from calf_bringup.ros_eval import evaluate_ros
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from calf_agent.graph_sim import evaluate_graph_sim
 from calf_agent.hierarchy import GRAPHS
-from calf_shim.profiles import load_profile
+from calf_core.profiles import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:

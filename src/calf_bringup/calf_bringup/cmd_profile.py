@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from calf_shim.profiles import available_profiles, load_profile, sample_e2e
+from calf_core.profiles import available_profiles, load_profile, sample_e2e
 
 
 def register(sub: argparse._SubParsersAction) -> None:

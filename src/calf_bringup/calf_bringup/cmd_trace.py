@@ -1,7 +1,7 @@
 """``calf trace``: network traces as rosbag2 bags: synthesise, record, import, inspect, recover, fit.
 
 A trace bag is accepted wherever a profile name is (``--network path/to/bag``); it is replayed
-from a seeded random offset in each episode (``calf_shim.traces.resolve_network``).
+from a seeded random offset in each episode (``calf_core.traces.resolve_network``).
 """
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from calf_shim.bags import (
+from calf_core.bags import (
     Storage,
     import_bag,
     read_trace_bag,
     recover_bag,
     write_trace_bag,
 )
-from calf_shim.profiles import load_profile
-from calf_shim.traces import (
+from calf_core.profiles import load_profile
+from calf_core.traces import (
     STALL_MS,
     fit_profile_dict,
     plot_trace,

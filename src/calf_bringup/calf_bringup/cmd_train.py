@@ -8,8 +8,8 @@ from pathlib import Path
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_policy
 from calf_agent.representation import Representation
-from calf_env.envs import ENV_SPECS
-from calf_shim.profiles import load_profile
+from calf_core.envs import ENV_SPECS
+from calf_core.profiles import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ from ament_index_python.packages import (
     PackageNotFoundError,
     get_package_share_directory,
 )
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 PEERS_PREFIX = 'peers:'
 TEMPLATE_NAME = 'fastdds_static_peers.xml'

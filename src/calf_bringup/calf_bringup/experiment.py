@@ -79,7 +79,7 @@ def run_train(job: TrainJob, cache: Path) -> Path:
 def run_eval(job: EvalJob, cache: Path) -> dict[str, Any]:
     """Evaluate one cached checkpoint under one profile, in virtual time; cached as JSON."""
     from calf_agent.evaluate import evaluate_sim
-    from calf_shim.profiles import load_profile
+    from calf_core.profiles import load_profile
     path = cache / 'eval' / f'{job.key}.json'
     if path.is_file():
         return json.loads(path.read_text())

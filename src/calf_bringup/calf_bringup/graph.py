@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 import yaml
 from calf_agent.hierarchy import GRAPHS, load_hierarchy
-from calf_env.envs import parse_start_plan
-from calf_shim.errors import ConfigError
+from calf_core.envs import parse_start_plan
+from calf_core.errors import ConfigError
 from calf_shim.topic_relay_config import load_relay_config
 
 from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers

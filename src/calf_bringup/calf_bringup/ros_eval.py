@@ -33,10 +33,10 @@ import rclpy
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import EpisodeLog
 from calf_agent.hierarchy import load_hierarchy
-from calf_env.envs import env_spec, make_env
-from calf_shim.errors import CalfError, ConfigError
-from calf_shim.profiles import load_profile
-from calf_shim.qos import RESULTS, STREAM
+from calf_core.envs import env_spec, make_env
+from calf_core.errors import CalfError, ConfigError
+from calf_core.profiles import load_profile
+from calf_ros.qos import RESULTS, STREAM
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 

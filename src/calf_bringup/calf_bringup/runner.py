@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, TextIO
 
 from ament_index_python.packages import PackageNotFoundError, get_package_prefix
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 from calf_bringup.graph import NodeSpec, command_line
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from calf_agent.evaluate import evaluate_sim
-from calf_shim.profiles import load_profile, sample_e2e
+from calf_core.profiles import load_profile, sample_e2e
 
 from calf_bringup.experiment import TrainJob, _versions, run_train
 from calf_bringup.experiment_report import write_latency_cdf

@@ -23,7 +23,7 @@ from calf_bringup.graph import (
     impair_graph,
     param_text,
 )
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 from calf_bringup import cli, cmd_run
 

@@ -18,7 +18,7 @@ from calf_bringup.graph import (
     build_graph,
     graph_from_launch,
 )
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 LAUNCH_DIR = Path(__file__).resolve().parents[3] / 'launch'
 FILES = {mode: LAUNCH_DIR / f'{mode}.launch.py' for mode in MODES}

@@ -2,7 +2,7 @@
 
 It is the env node (same parameters, tick thread, episodes, ``episode_result`` and ``link_stats``)
 with standard messages instead of calf_msgs at the edges, as an adapter file
-(``calf_shim.adapters``) says: each tick's observation goes out as the adapter's observation
+(``calf_ros.adapters``) says: each tick's observation goes out as the adapter's observation
 message (``std_msgs/Float32MultiArray``, ``sensor_msgs/JointState`` or ``nav_msgs/Odometry``;
 a header is stamped with the node's ROS clock), and each command on the adapter's action topic
 (``geometry_msgs/Twist`` or ``std_msgs/Float32MultiArray``) becomes the discrete action of its
@@ -20,13 +20,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from calf_shim.adapters import AdapterConfig, load_adapter_config, set_fields
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters
-from calf_shim.qos import QosConfig
-from calf_shim.timing import ObsRecord
-from calf_shim.topic_relay_config import resolve_type
+from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
+from calf_core.errors import ConfigError, MessageError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import QosConfig
+from calf_core.timing import ObsRecord
+from calf_ros.message_types import resolve_type
 from rclpy.event_handler import SubscriptionEventCallbacks
 
 from calf_env.env_node import EnvNode

@@ -1,4 +1,4 @@
-"""The env node: a task ticking in real time under CALF's timing rules (``calf_shim.timing.Stepper``).
+"""The env node: a task ticking in real time under CALF's timing rules (``calf_core.timing.Stepper``).
 
 Publishes ``observation`` every tick, ``episode_result`` per episode and ``link_stats`` (end to end);
 applies what arrives on ``action``. Ticks run on their own thread at absolute deadlines
@@ -18,18 +18,18 @@ from collections import Counter
 from typing import Any, Sequence
 
 import numpy as np
-from calf_shim.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
-from calf_shim.errors import MessageError
-from calf_shim.node_main import run_node
-from calf_shim.qos import RESULTS
-from calf_shim.timing import EpisodeSummary, ObsRecord, Verdict
+from calf_ros.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
+from calf_core.errors import MessageError
+from calf_ros.node_main import run_node
+from calf_ros.qos import RESULTS
+from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
 
 from calf_env.env_config import EnvNodeConfig, next_tick
-from calf_env.envs import make_stepper
+from calf_core.envs import make_stepper
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 

@@ -37,24 +37,18 @@ from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from rclpy.topic_endpoint_info import TopicEndpointInfo
 
 from calf_msgs.msg import LinkStats
-from calf_shim.bags import TRACE_TOPIC, TraceBagWriter
-from calf_shim.conversions import time_msg
-from calf_shim.errors import ConfigError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters
-from calf_shim.qos import RESULTS, QosConfig
+from calf_core.bags import TRACE_TOPIC, TraceBagWriter
+from calf_ros.conversions import time_msg
+from calf_core.errors import ConfigError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import RESULTS, QosConfig
 from calf_shim.relay import Relay, ReleaseThread
 from calf_shim.shim_node import _now_s, _received_s
-from calf_shim.topic_relay_config import (
-    Endpoint,
-    RelayEntry,
-    TopicQos,
-    check_types,
-    load_relay_config,
-    mirror_qos,
-    resolve_type,
-)
-from calf_shim.traces import message_sample
+from calf_ros.message_types import resolve_type
+from calf_ros.qos import mirror_qos
+from calf_shim.topic_relay_config import Endpoint, RelayEntry, check_types, load_relay_config
+from calf_core.traces import message_sample
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'config': ('', 'relay config YAML: a list of {in_topic, out_topic, type, direction, profile, qos}'),
@@ -156,7 +150,7 @@ class GenericShimNode(Node):
         found += [('subscription', info) for info in self.get_subscriptions_info_by_topic(topic)]
         return [Endpoint(topic, _node_name(info), kind, info.topic_type) for kind, info in found]
 
-    def _mirrored_qos(self, route: _Route) -> TopicQos | None:
+    def _mirrored_qos(self, route: _Route) -> QosConfig | None:
         """The QoS of the publishers on in_topic, or None (logged once) while there are none."""
         offered = [('reliable' if info.qos_profile.reliability == ReliabilityPolicy.RELIABLE else 'best_effort',
                     'transient_local' if info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
@@ -168,7 +162,7 @@ class GenericShimNode(Node):
             route.waiting_logged = True
         return None
 
-    def _open(self, route: _Route, qos: TopicQos) -> None:
+    def _open(self, route: _Route, qos: QosConfig) -> None:
         """Create the publisher, then the raw subscription (counting middleware losses where reported)."""
         profile = QosConfig(*qos).profile()
         route.publisher = self.create_publisher(route.msg_type, route.out_name, profile)

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link
+from calf_core.errors import ConfigError
+from calf_core.link import Link
 
 
 @dataclass

@@ -26,12 +26,12 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 
 from calf_msgs.msg import Action, LinkStats, Observation
-from calf_shim.conversions import time_msg
-from calf_shim.errors import CalfError, ConfigError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters
-from calf_shim.profiles import load_profile
-from calf_shim.qos import RESULTS, STREAM, QosConfig
+from calf_ros.conversions import time_msg
+from calf_core.errors import CalfError, ConfigError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_core.profiles import load_profile
+from calf_ros.qos import RESULTS, STREAM, QosConfig
 from calf_shim.relay import Relay, ReleaseThread
 
 UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread

@@ -11,39 +11,24 @@ A config file is a YAML list with one entry per relayed topic:
 
 The entry's `direction` picks the profile's uplink or downlink model. Without `qos`, the shim
 mirrors the QoS of the publishers it discovers on `in_topic` (`mirror_qos`); missing `qos` keys
-take the defaults of `QOS_DEFAULTS`. Everything here is pure except `resolve_type`, which imports
-the message module a type string names.
+take the defaults of `calf_ros.qos.STREAM`.
 """
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
-import yaml
-
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import Profile, load_profile
-from calf_shim.traces import Direction
+from calf_core.errors import ConfigError
+from calf_core.profiles import Profile, load_profile
+from calf_core.traces import Direction
+from calf_core.yaml_files import read_yaml
+from calf_ros.message_types import normalise_type, resolve_type
+from calf_ros.qos import QosConfig, parse_qos
 
 ENTRY_KEYS = ('in_topic', 'out_topic', 'type', 'direction', 'profile', 'qos')
 OPTIONAL_KEYS = ('qos',)
-RELIABILITIES = ('best_effort', 'reliable')
-DURABILITIES = ('volatile', 'transient_local')
-_TYPE = re.compile(r'^([A-Za-z_]\w*)/(?:msg/)?([A-Z]\w*)$')
 _TOPIC = re.compile(r'^(?:~/|/)?[A-Za-z_]\w*(?:/[A-Za-z_]\w*)*$')
-
-
-class TopicQos(NamedTuple):
-    """A QoS choice as plain values (see `calf_shim.qos.QosConfig`)."""
-
-    reliability: str
-    durability: str
-    depth: int
-
-
-QOS_DEFAULTS = TopicQos('best_effort', 'volatile', 10)
 
 
 class RelayEntry(NamedTuple):
@@ -54,7 +39,7 @@ class RelayEntry(NamedTuple):
     type_name: str  # normalised: pkg/msg/Name
     direction: Direction  # which model of the profile applies
     profile: Profile
-    qos: TopicQos | None  # None: mirror the publishers discovered on in_topic
+    qos: QosConfig | None  # None: mirror the publishers discovered on in_topic
 
 
 class Endpoint(NamedTuple):
@@ -76,16 +61,6 @@ def load_relay_config(path: str | Path) -> list[RelayEntry]:
         except ConfigError as err:
             raise ConfigError(f'{path} entry {i} ({entry.in_topic}): {err}') from None
     return entries
-
-
-def read_yaml(path: Path, what: str) -> Any:
-    """Parse a YAML file; a missing file or a syntax error is a one-line ConfigError naming `what`."""
-    try:
-        return yaml.safe_load(path.read_text(encoding='utf-8'))
-    except OSError as err:
-        raise ConfigError(f'cannot read {what} {str(path)!r}: {err.strerror}') from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f'{what} {str(path)!r} is not valid YAML: {" ".join(str(err).split())}') from None
 
 
 def parse_relay_config(data: Any, base_dir: Path, source: str = 'relay config') -> list[RelayEntry]:
@@ -119,55 +94,6 @@ def parse_entry(item: Any, base_dir: Path) -> RelayEntry:
     qos = item.get('qos')
     return RelayEntry(in_topic, out_topic, normalise_type(item['type']), _direction(item['direction']),
                       _profile(item['profile'], base_dir), None if qos is None else parse_qos(qos))
-
-
-def parse_qos(value: Any, defaults: TopicQos = QOS_DEFAULTS) -> TopicQos:
-    """`{reliability, durability, depth}`, each optional (missing ones from `defaults`)."""
-    if not isinstance(value, dict) or set(value) - set(TopicQos._fields):
-        raise ConfigError(f'qos must be a mapping with keys among {", ".join(TopicQos._fields)}, got {value!r}')
-    qos = defaults._replace(**value)
-    if qos.reliability not in RELIABILITIES:
-        raise ConfigError(f'qos reliability must be one of {", ".join(RELIABILITIES)}, got {qos.reliability!r}')
-    if qos.durability not in DURABILITIES:
-        raise ConfigError(f'qos durability must be one of {", ".join(DURABILITIES)}, got {qos.durability!r}')
-    if isinstance(qos.depth, bool) or not isinstance(qos.depth, int) or qos.depth < 1:
-        raise ConfigError(f'qos depth must be an integer >= 1, got {qos.depth!r}')
-    return qos
-
-
-def normalise_type(text: Any) -> str:
-    """`pkg/msg/Name` or `pkg/Name` -> `pkg/msg/Name`."""
-    match = _TYPE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise ConfigError(f'type must look like pkg/msg/Name (e.g. geometry_msgs/msg/Twist), got {text!r}')
-    return f'{match[1]}/msg/{match[2]}'
-
-
-def resolve_type(type_name: str) -> type:
-    """The message class named by `type_name` (any form `normalise_type` accepts)."""
-    package, _, name = normalise_type(type_name).split('/')
-    try:
-        module = importlib.import_module(f'{package}.msg')
-    except ImportError:
-        raise ConfigError(f'unknown message type {type_name!r}: no message package {package!r} is installed') \
-            from None
-    msg_type = getattr(module, name, None)
-    if not hasattr(msg_type, 'get_fields_and_field_types'):
-        raise ConfigError(f'unknown message type {type_name!r}: package {package!r} has no message {name!r}')
-    return msg_type
-
-
-def mirror_qos(offered: Sequence[tuple[str, str]], depth: int = QOS_DEFAULTS.depth) -> TopicQos:
-    """The QoS that matches every discovered publisher, given as (reliability, durability) names.
-
-    Reliable only if all of them are reliable, transient_local only if all of them are, so that
-    the subscription matches each of them and the relayed topic offers what the originals offered.
-    """
-    if not offered:
-        raise ValueError('mirror_qos needs at least one publisher')
-    reliable = all(reliability == 'reliable' for reliability, _ in offered)
-    durable = all(durability == 'transient_local' for _, durability in offered)
-    return TopicQos('reliable' if reliable else 'best_effort', 'transient_local' if durable else 'volatile', depth)
 
 
 def check_types(expected: str, endpoints: Iterable[Endpoint]) -> None:

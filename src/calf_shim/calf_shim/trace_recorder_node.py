@@ -2,14 +2,14 @@
 
 It subscribes to both sides of each direction (``edge/observation`` -> ``desktop/observation``,
 ``desktop/action`` -> ``edge/action``, relative to its namespace, ``/calf`` in the CALF graph),
-pairs the two copies of each message (``calf_shim.traces.TraceMatcher``, on this node's steady
+pairs the two copies of each message (``calf_core.traces.TraceMatcher``, on this node's steady
 clock) and writes one ``calf_msgs/TraceSample`` per message into an MCAP (default) or sqlite3 bag;
 with ``raw``, also the raw Observation and Action messages. Each sample is republished on
 ``trace`` for live monitoring. Bag log times are system time, as in ``ros2 bag record``.
 A direction is traced from the first message after its far-side subscription matched a publisher:
 before that, a message missing on the far side would be a discovery artefact, not a loss.
 
-Robustness: SIGINT and SIGTERM stop the node (``calf_shim.node_main``) and ``destroy_node``
+Robustness: SIGINT and SIGTERM stop the node (``calf_ros.node_main``) and ``destroy_node``
 closes the bag cleanly; messages still waiting for their far side then are not recorded. The bag
 is flushed every ``flush_period_s`` (the MCAP chunk is closed and fsynced; sqlite3 commits). After
 a SIGKILL, ``calf trace recover`` keeps every flushed chunk: at most the samples of the last
@@ -35,13 +35,13 @@ from rclpy.subscription import Subscription
 from std_msgs.msg import Header
 
 from calf_msgs.msg import Action, Observation, TraceSample
-from calf_shim.bags import ACTION_TYPE, OBSERVATION_TYPE, TraceBagWriter
-from calf_shim.conversions import time_msg
-from calf_shim.errors import ConfigError
-from calf_shim.node_main import run_node
-from calf_shim.node_params import declare_parameters
-from calf_shim.qos import RESULTS, QosConfig
-from calf_shim.traces import Direction, Sample, TraceMatcher
+from calf_core.bags import ACTION_TYPE, OBSERVATION_TYPE, TraceBagWriter
+from calf_ros.conversions import time_msg
+from calf_core.errors import ConfigError
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import RESULTS, QosConfig
+from calf_core.traces import Direction, Sample, TraceMatcher
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'out': ('', 'bag directory to create (required; must not exist)'),

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link
-from calf_shim.models import Bandwidth, BernoulliLoss, Duplicate, FixedDelay, GaussianDelay, TraceReplay
+from calf_core.errors import ConfigError
+from calf_core.link import Link
+from calf_core.models import Bandwidth, BernoulliLoss, Duplicate, FixedDelay, GaussianDelay, TraceReplay
 from calf_shim.relay import Relay, ReleaseThread, percentiles_ms
 
 

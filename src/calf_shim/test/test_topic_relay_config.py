@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import load_profile
-from calf_shim.topic_relay_config import (Endpoint, TopicQos, check_types, load_relay_config, mirror_qos,
-                                          normalise_type, parse_entry, parse_qos, parse_relay_config, resolve_type)
-from calf_shim.traces import Direction
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
+from calf_ros.message_types import normalise_type, resolve_type
+from calf_ros.qos import QosConfig, mirror_qos, parse_qos
+from calf_shim.topic_relay_config import Endpoint, check_types, load_relay_config, parse_entry, parse_relay_config
+from calf_core.traces import Direction
 
 EXAMPLE = Path(__file__).resolve().parents[2] / 'calf_bringup' / 'config' / 'impair_cmd_vel.yaml'
 
@@ -34,7 +35,7 @@ def test_an_entry_with_qos_and_a_relative_profile_path(tmp_path: Path) -> None:
                                qos={'reliability': 'reliable'}), tmp_path)
     assert parsed.type_name == 'geometry_msgs/msg/Twist'
     assert parsed.profile == load_profile(str(tmp_path / 'fixed.yaml'))
-    assert parsed.qos == TopicQos('reliable', 'volatile', 10)
+    assert parsed.qos == QosConfig('reliable', 'volatile', 10)
     assert parsed.direction is Direction.UPLINK
 
 
@@ -116,17 +117,17 @@ def test_unreadable_files_are_one_line_errors(tmp_path: Path, text: str | None, 
 
 
 @pytest.mark.parametrize('offered, expected', [
-    ([('reliable', 'volatile')], TopicQos('reliable', 'volatile', 10)),
-    ([('reliable', 'transient_local')], TopicQos('reliable', 'transient_local', 10)),
-    ([('best_effort', 'volatile')], TopicQos('best_effort', 'volatile', 10)),
-    ([('reliable', 'transient_local'), ('best_effort', 'volatile')], TopicQos('best_effort', 'volatile', 10)),
+    ([('reliable', 'volatile')], QosConfig('reliable', 'volatile', 10)),
+    ([('reliable', 'transient_local')], QosConfig('reliable', 'transient_local', 10)),
+    ([('best_effort', 'volatile')], QosConfig('best_effort', 'volatile', 10)),
+    ([('reliable', 'transient_local'), ('best_effort', 'volatile')], QosConfig('best_effort', 'volatile', 10)),
 ])
-def test_mirror_qos_matches_every_publisher(offered: list[tuple[str, str]], expected: TopicQos) -> None:
+def test_mirror_qos_matches_every_publisher(offered: list[tuple[str, str]], expected: QosConfig) -> None:
     assert mirror_qos(offered) == expected
 
 
 def test_parse_qos_fills_missing_keys_from_the_defaults() -> None:
-    assert parse_qos({'depth': 3}, TopicQos('reliable', 'volatile', 1)) == TopicQos('reliable', 'volatile', 3)
+    assert parse_qos({'depth': 3}, QosConfig('reliable', 'volatile', 1)) == QosConfig('reliable', 'volatile', 3)
 
 
 def test_check_types_names_the_mismatched_endpoint() -> None:

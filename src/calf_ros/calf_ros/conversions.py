@@ -10,8 +10,8 @@ import numpy as np
 from builtin_interfaces.msg import Time
 from calf_msgs.msg import Action, EpisodeResult, Observation
 
-from calf_shim.errors import MessageError
-from calf_shim.timing import EpisodeSummary, ObsRecord
+from calf_core.errors import MessageError
+from calf_core.timing import EpisodeSummary, ObsRecord
 
 
 class ReceivedObservation(NamedTuple):

@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from calf_shim.timing import HoldMode, ObservationGate, PlanExecutor, Stepper, Verdict
+from calf_core.timing import HoldMode, ObservationGate, PlanExecutor, Stepper, Verdict
 
 
 class TickCounterEnv(gym.Env):

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calf_env.envs import make_networked_env
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import Profile, load_profile, profile_from_dict
-from calf_shim.vector_networked import VectorNetworkedCartPole
+from calf_core.envs import make_networked_env
+from calf_core.errors import ConfigError
+from calf_core.profiles import Profile, load_profile, profile_from_dict
+from calf_core.vector_networked import VectorNetworkedCartPole
 
 TRACE_UP = {'model': 'trace_replay', 'delays_ms': [5.0, 45.0, 12.0, 70.0, 3.0, 28.0, 0.0],
             'lost': [False, False, True, False, False, False, False]}

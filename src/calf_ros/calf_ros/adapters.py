@@ -35,8 +35,10 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.topic_relay_config import TopicQos, normalise_type, parse_qos, read_yaml
+from calf_core.errors import ConfigError, MessageError
+from calf_core.yaml_files import read_yaml
+from calf_ros.message_types import normalise_type
+from calf_ros.qos import QosConfig, parse_qos
 
 ARRAY = 'std_msgs/msg/Float32MultiArray'
 JOINT_STATE = 'sensor_msgs/msg/JointState'
@@ -46,8 +48,8 @@ JOINT_FIELDS = ('position', 'velocity', 'effort')
 ODOMETRY_FIELDS = tuple([f'pose.pose.position.{a}' for a in 'xyz'] + [f'pose.pose.orientation.{a}' for a in 'xyzw']
                         + [f'twist.twist.{part}.{a}' for part in ('linear', 'angular') for a in 'xyz'])
 TWIST_FIELDS = tuple(f'{part}.{a}' for part in ('linear', 'angular') for a in 'xyz')
-OBSERVATION_QOS = TopicQos('best_effort', 'volatile', 1)  # sensor data: newest only, matches any publisher
-ACTION_QOS = TopicQos('reliable', 'volatile', 10)  # commands: matches reliable and best-effort subscribers
+OBSERVATION_QOS = QosConfig('best_effort', 'volatile', 1)  # sensor data: newest only, matches any publisher
+ACTION_QOS = QosConfig('reliable', 'volatile', 10)  # commands: matches reliable and best-effort subscribers
 
 
 class ObservationReader(Protocol):
@@ -140,7 +142,7 @@ class ObservationAdapter:
     topic: str
     type_name: str
     reader: ObservationReader
-    qos: TopicQos
+    qos: QosConfig
 
     def decode(self, msg: Any, expected_size: int) -> np.ndarray:
         """The observation vector; MessageError (one line) when its size is wrong or a value is not finite."""
@@ -168,7 +170,7 @@ class ActionAdapter:
     type_name: str
     fields: tuple[str, ...] | None  # Twist: the field paths the vector fills; None: Float32MultiArray data
     table: tuple[tuple[float, ...], ...] | None  # discrete action index -> vector; None: continuous
-    qos: TopicQos
+    qos: QosConfig
 
     def encode(self, action: int | Sequence[float]) -> dict[str, Any]:
         """Field path -> value for one action: an index into the table, or a vector (continuous)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calf_shim.errors import ConfigError
-from calf_shim.profiles import available_profiles, load_profile, profile_from_dict, sample_e2e
+from calf_core.errors import ConfigError
+from calf_core.profiles import available_profiles, load_profile, profile_from_dict, sample_e2e
 
 PROFILES = ["sim_clean", "delay_only", "full_net_aware", "real_eth", "wifi_normal", "wifi_degraded"]
 DEPLOYMENT = ["real_eth", "wifi_normal", "wifi_degraded"]

@@ -1,6 +1,6 @@
 """Network model stages: delay, loss, stalls, bandwidth, duplication and trace replay.
 
-Each stage is a small class following `calf_shim.link.Stage`. Constructors validate their
+Each stage is a small class following `calf_core.link.Stage`. Constructors validate their
 parameters and raise `ConfigError` naming the parameter and the received value. Delays are
 additive: chain `FixedDelay` with a jitter stage to get a base latency plus jitter.
 Parameters are in milliseconds (`*_ms`); packet times are in seconds. Random numbers are drawn
@@ -21,8 +21,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import DrawBuffer, IndependentStage, Packet, SingleCopyStage, Stage
+from calf_core.errors import ConfigError
+from calf_core.link import DrawBuffer, IndependentStage, Packet, SingleCopyStage, Stage
 
 
 def _number(model: str, name: str, value: Any) -> float:

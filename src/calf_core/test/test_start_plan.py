@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from test_timing import TickCounterEnv
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link
-from calf_shim.models import FixedDelay
-from calf_shim.networked_env import NetworkedEnv
-from calf_shim.timing import HoldMode, PlanExecutor, Stepper, Verdict
+from calf_core.errors import ConfigError
+from calf_core.link import Link
+from calf_core.models import FixedDelay
+from calf_core.networked_env import NetworkedEnv
+from calf_core.timing import HoldMode, PlanExecutor, Stepper, Verdict
 
 
 def test_start_plan_cycles_by_tick_until_the_first_plan_then_plans_rule() -> None:

@@ -3,7 +3,7 @@
 A trace holds one row per message and direction: a sequence number, the send and receive times
 (integer nanoseconds), the size, and whether the message was lost. Rows are kept in send order,
 the order in which ``TraceReplay`` replays them. The module is pure: no rclpy, no message types;
-``resolve_network`` reads a bag through ``calf_shim.bags`` and ``plot_trace`` writes a PNG.
+``resolve_network`` reads a bag through ``calf_core.bags`` and ``plot_trace`` writes a PNG.
 
 Where the times come from, and the clocks they assume:
 
@@ -25,8 +25,8 @@ from typing import Any, Hashable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from calf_shim.errors import ConfigError, TraceError
-from calf_shim.profiles import Profile, load_profile, profile_from_dict
+from calf_core.errors import ConfigError, TraceError
+from calf_core.profiles import Profile, load_profile, profile_from_dict
 
 BAG_SUFFIXES = ('.mcap', '.db3')
 STALL_MS = 100.0  # default: a gap in deliveries this long, while a message waits, is a stall
@@ -481,7 +481,7 @@ def resolve_network(name_or_path: str | Path, mode: str = 'random_offset') -> Pr
     """The network behind ``--network``: a trace bag's replay profile, or a profile name or YAML path."""
     if not is_bag_path(name_or_path):
         return load_profile(str(name_or_path))
-    from calf_shim.bags import read_trace_bag  # rosbags is needed for bags only
+    from calf_core.bags import read_trace_bag  # rosbags is needed for bags only
 
     path = Path(name_or_path)
     return trace_profile(read_trace_bag(path), path.stem, mode)

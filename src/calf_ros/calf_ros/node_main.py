@@ -17,7 +17,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
-from calf_shim.errors import CalfError
+from calf_core.errors import CalfError
 
 N = TypeVar('N', bound=Node)
 

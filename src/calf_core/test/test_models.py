@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link, Packet
-from calf_shim.models import (
+from calf_core.errors import ConfigError
+from calf_core.link import Link, Packet
+from calf_core.models import (
     Bandwidth,
     BernoulliLoss,
     Duplicate,

@@ -1,12 +1,12 @@
 """Network profiles: YAML loading and validation, name lookup, and end-to-end latency sampling.
 
-A profile file (calf_bringup/config/<name>.yaml) looks like:
+A profile file (a built-in one is ``calf_core/networks/<name>.yaml``) looks like:
 
     name: wifi_normal            # optional; defaults to the file name
     description: ...             # optional
     compute_ms: 1.0              # policy compute time assumed when sampling E2E latency
     reorder: false               # false = FIFO: no message overtakes an earlier one
-    uplink:                      # env -> policy: a list of stage specs (see calf_shim.models)
+    uplink:                      # env -> policy: a list of stage specs (see calf_core.models)
       - {model: lognormal_delay, median_ms: 10, sigma: 0.5}
     downlink: same               # policy -> env: 'same' or a list of stage specs
 
@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import yaml
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link
-from calf_shim.models import build_stage
+from calf_core.errors import ConfigError
+from calf_core.link import Link
+from calf_core.models import build_stage
+from calf_core.yaml_files import read_yaml
 
 PROFILE_KEYS = ("name", "description", "compute_ms", "reorder", "uplink", "downlink")
-_REPO_CONFIG_DIR = Path(__file__).resolve().parents[2] / "calf_bringup" / "config"
+NETWORKS_DIR = Path(__file__).resolve().parent / "networks"  # the built-in profiles
 
 
 @dataclass(frozen=True)
@@ -103,58 +103,25 @@ def profile_from_dict(data: dict, name: str) -> Profile:
     )
 
 
-def _config_dirs() -> list[Path]:
-    """The installed calf_bringup config directory, then the source tree's."""
-    dirs = []
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
-
-        try:
-            dirs.append(Path(get_package_share_directory("calf_bringup")) / "config")
-        except PackageNotFoundError:
-            pass
-    except ImportError:
-        pass
-    dirs.append(_REPO_CONFIG_DIR)
-    return [d for d in dirs if d.is_dir()]
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    except OSError as err:
-        raise ConfigError(f"cannot read profile {str(path)!r}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"profile {str(path)!r} is not valid YAML: {' '.join(str(err).split())}") from None
-
-
 def available_profiles() -> list[str]:
-    """Names of the network profiles in the config directories."""
-    names = set()
-    for directory in _config_dirs():
-        for path in directory.glob("*.yaml"):
-            data = _read_yaml(path)
-            if isinstance(data, dict) and "uplink" in data:
-                names.add(path.stem)
-    return sorted(names)
+    """Names of the built-in network profiles."""
+    return sorted(path.stem for path in NETWORKS_DIR.glob("*.yaml"))
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """Load a profile by bare name (from the config directories), from a .yaml/.yml path, or
-    from a trace bag (replayed message by message, see ``calf_shim.traces``)."""
-    from calf_shim.traces import is_bag_path, resolve_network  # traces builds on this module
+    """Load a profile by bare name (a built-in one), from a .yaml/.yml path, or
+    from a trace bag (replayed message by message, see ``calf_core.traces``)."""
+    from calf_core.traces import is_bag_path, resolve_network  # traces builds on this module
     if is_bag_path(name_or_path):
         return resolve_network(name_or_path)
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
-        found = [d / f"{name_or_path}.yaml" for d in _config_dirs() if (d / f"{name_or_path}.yaml").is_file()]
-        if not found:
+        path = NETWORKS_DIR / f"{name_or_path}.yaml"
+        if not path.is_file():
             raise ConfigError(
                 f"unknown network profile {name_or_path!r} (available: {', '.join(available_profiles())})"
             )
-        path = found[0]
-    return profile_from_dict(_read_yaml(path), path.stem)
+    return profile_from_dict(read_yaml(path, 'profile'), path.stem)
 
 
 def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2EStats:

@@ -1,12 +1,12 @@
-"""Pure tests of calf_shim.traces: trace arrays, statistics, synthesis, import, matching and replay profiles."""
+"""Pure tests of calf_core.traces: trace arrays, statistics, synthesis, import, matching and replay profiles."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from calf_shim.errors import ConfigError, TraceError
-from calf_shim.profiles import load_profile, profile_from_dict
-from calf_shim.traces import (ActionEvent, Direction, ObsEvent, Sample, Trace, TraceMatcher, burst_lengths,
+from calf_core.errors import ConfigError, TraceError
+from calf_core.profiles import load_profile, profile_from_dict
+from calf_core.traces import (ActionEvent, Direction, ObsEvent, Sample, Trace, TraceMatcher, burst_lengths,
                               fit_profile_dict, import_from_messages, plot_trace, reordered_count, resolve_network,
                               stalls, synth_trace, trace_profile, trace_stats)
 

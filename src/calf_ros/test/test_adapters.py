@@ -14,10 +14,10 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray
 
-from calf_shim.adapters import (ACTION_QOS, OBSERVATION_QOS, AdapterConfig, load_adapter_config,
+from calf_ros.adapters import (ACTION_QOS, OBSERVATION_QOS, AdapterConfig, load_adapter_config,
                                 parse_adapter_config, parse_observation, set_fields)
-from calf_shim.errors import ConfigError, MessageError
-from calf_shim.topic_relay_config import TopicQos
+from calf_core.errors import ConfigError, MessageError
+from calf_ros.qos import QosConfig
 
 JOINTS = {'topic': '/joint_states', 'type': 'sensor_msgs/msg/JointState', 'joints': ['cart', 'pole'],
           'fields': ['position', 'velocity']}
@@ -102,7 +102,7 @@ def test_actions_to_float32_multi_array_fill_data() -> None:
                             'table': [[0.0, 1.0], [1.0, 0.0]], 'qos': {'depth': 1}}).action
     assert set_fields(Float32MultiArray(), action.encode(0)).data.tolist() == [0.0, 1.0]
     assert action.encode([0.25, 0.5, 1.0]) == {'data': [0.25, 0.5, 1.0]}
-    assert action.qos == TopicQos('reliable', 'volatile', 1)
+    assert action.qos == QosConfig('reliable', 'volatile', 1)
 
 
 @pytest.mark.parametrize('observation, action, message', [

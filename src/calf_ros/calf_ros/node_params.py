@@ -7,7 +7,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 
 def declare_parameters(node: Node, table: Mapping[str, tuple[Any, str]], dynamic: Collection[str] = (),

@@ -31,8 +31,8 @@ from rosbags.rosbag2.storage_mcap import McapWriter
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
-from calf_shim.errors import TraceError
-from calf_shim.traces import BAG_SUFFIXES, ActionEvent, ObsEvent, Sample, Trace, import_from_messages
+from calf_core.errors import TraceError
+from calf_core.traces import BAG_SUFFIXES, ActionEvent, ObsEvent, Sample, Trace, import_from_messages
 
 TRACE_TOPIC = '/calf/trace'
 TRACE_TYPE = 'calf_msgs/msg/TraceSample'

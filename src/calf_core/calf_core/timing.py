@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from calf_shim.errors import ConfigError
+from calf_core.errors import ConfigError
 
 
 class HoldMode(enum.Enum):

@@ -2,7 +2,7 @@
 
 It runs ``num_envs`` copies of CartPole-v1 (gymnasium's physics in the same float64 operations,
 its termination and its 500-tick truncation) behind per-env simulated links, in virtual time,
-under the timing rules of :mod:`calf_shim.timing` exactly as :class:`~calf_shim.networked_env.NetworkedEnv`
+under the timing rules of :mod:`calf_core.timing` exactly as :class:`~calf_core.networked_env.NetworkedEnv`
 applies them: one decision per observation delivered, the reward summed over the ticks since the
 previous decision, plans executed by tick index with a zero-order hold (or the start plan before the
 first one), stale observations skipped and stale plans discarded, and the end-to-end latency read on
@@ -31,10 +31,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from calf_shim.errors import ConfigError
-from calf_shim.link import IndependentStage
-from calf_shim.models import MODELS, GilbertElliottLoss, TraceMode, TraceReplay, build_stage
-from calf_shim.profiles import Profile
+from calf_core.errors import ConfigError
+from calf_core.link import IndependentStage
+from calf_core.models import MODELS, GilbertElliottLoss, TraceMode, TraceReplay, build_stage
+from calf_core.profiles import Profile
 
 _SUPPORTED = (IndependentStage, GilbertElliottLoss, TraceReplay)
 _EMPTY = np.iinfo(np.int64).max  # a free message slot

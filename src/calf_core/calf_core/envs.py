@@ -7,11 +7,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import yaml
-from calf_shim.errors import ConfigError
-from calf_shim.link import Link
-from calf_shim.networked_env import NetworkedEnv
-from calf_shim.profiles import Profile
-from calf_shim.timing import HoldMode, Stepper
+from calf_core.errors import ConfigError
+from calf_core.link import Link
+from calf_core.networked_env import NetworkedEnv
+from calf_core.profiles import Profile
+from calf_core.timing import HoldMode, Stepper
 
 MINIGRID_DONE = 6  # MiniGrid's `done` action does nothing in DoorKey: the no-op
 

@@ -1,6 +1,6 @@
 """NetworkedEnv: a gymnasium wrapper that runs an env behind a simulated network, in virtual time.
 
-The env ticks every ``dt`` through :class:`calf_shim.timing.Stepper` (the same class the env node
+The env ticks every ``dt`` through :class:`calf_core.timing.Stepper` (the same class the env node
 runs). Observations travel over ``uplink``, actions over ``downlink``. The agent makes one decision
 per observation delivered to it; the reward returned is the sum over the ticks that elapsed since
 the previous decision.
@@ -11,7 +11,7 @@ the plan passed to this ``step``) was applied on a tick of this step. A trainer 
 earlier steps to learn only from executed elements. Executions more than H decisions late are not
 reported.
 
-:mod:`calf_shim.vector_networked` applies the same rules to many CartPoles at once, in numpy.
+:mod:`calf_core.vector_networked` applies the same rules to many CartPoles at once, in numpy.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from calf_shim.link import Link
-from calf_shim.timing import HoldMode, ObservationGate, ObsRecord, Stepper
+from calf_core.link import Link
+from calf_core.timing import HoldMode, ObservationGate, ObsRecord, Stepper
 
 _ACTION, _OBS, _POLICY_FREE = 0, 2, 3
 _TICK = 1  # ranks between action arrivals and deliveries that share a timestamp

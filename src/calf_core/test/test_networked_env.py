@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from calf_env.envs import make_env, make_networked_env
-from calf_shim.link import Link
-from calf_shim.models import BernoulliLoss, FixedDelay
-from calf_shim.networked_env import NetworkedEnv
-from calf_shim.profiles import load_profile
+from calf_core.envs import make_env, make_networked_env
+from calf_core.link import Link
+from calf_core.models import BernoulliLoss, FixedDelay
+from calf_core.networked_env import NetworkedEnv
+from calf_core.profiles import load_profile
 from test_timing import TickCounterEnv
 
 DT = 0.02

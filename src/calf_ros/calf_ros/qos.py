@@ -1,0 +1,72 @@
+"""The QoS profiles CALF uses, in one place.
+
+Observations and actions are time-critical: best effort, keep the newest few, volatile. The
+shim's own impairments stand in for the network; the middleware should not retransmit late data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Sequence
+
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from calf_core.errors import ConfigError
+
+_RELIABILITY = {'best_effort': ReliabilityPolicy.BEST_EFFORT, 'reliable': ReliabilityPolicy.RELIABLE}
+_DURABILITY = {'volatile': DurabilityPolicy.VOLATILE, 'transient_local': DurabilityPolicy.TRANSIENT_LOCAL}
+
+
+@dataclass(frozen=True)
+class QosConfig:
+    """A QoS choice as plain values, as declared in node parameters."""
+
+    reliability: str = 'best_effort'
+    durability: str = 'volatile'
+    depth: int = 10
+
+    def profile(self) -> QoSProfile:
+        if self.reliability not in _RELIABILITY:
+            raise ConfigError(f'qos reliability must be one of {sorted(_RELIABILITY)}, got {self.reliability!r}')
+        if self.durability not in _DURABILITY:
+            raise ConfigError(f'qos durability must be one of {sorted(_DURABILITY)}, got {self.durability!r}')
+        if self.depth < 1:
+            raise ConfigError(f'qos depth must be >= 1, got {self.depth}')
+        return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self.depth,
+                          reliability=_RELIABILITY[self.reliability], durability=_DURABILITY[self.durability])
+
+
+STREAM = QosConfig()
+"""Observations and actions: best effort, newest 10."""
+
+RESULTS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
+                                  reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+"""Episode results and link stats: reliable, so that evaluation counts every episode."""
+
+_FIELDS = tuple(f.name for f in fields(QosConfig))
+
+
+def parse_qos(value: Any, defaults: QosConfig = STREAM) -> QosConfig:
+    """`{reliability, durability, depth}`, each optional (missing ones from `defaults`)."""
+    if not isinstance(value, dict) or set(value) - set(_FIELDS):
+        raise ConfigError(f'qos must be a mapping with keys among {", ".join(_FIELDS)}, got {value!r}')
+    qos = replace(defaults, **value)
+    if qos.reliability not in _RELIABILITY:
+        raise ConfigError(f'qos reliability must be one of {", ".join(_RELIABILITY)}, got {qos.reliability!r}')
+    if qos.durability not in _DURABILITY:
+        raise ConfigError(f'qos durability must be one of {", ".join(_DURABILITY)}, got {qos.durability!r}')
+    if isinstance(qos.depth, bool) or not isinstance(qos.depth, int) or qos.depth < 1:
+        raise ConfigError(f'qos depth must be an integer >= 1, got {qos.depth!r}')
+    return qos
+
+
+def mirror_qos(offered: Sequence[tuple[str, str]], depth: int = 10) -> QosConfig:
+    """The QoS that matches every discovered publisher, given as (reliability, durability) names.
+
+    Reliable only if all of them are reliable, transient_local only if all of them are, so that
+    the subscription matches each of them and the relayed topic offers what the originals offered.
+    """
+    if not offered:
+        raise ValueError('mirror_qos needs at least one publisher')
+    reliable = all(reliability == 'reliable' for reliability, _ in offered)
+    durable = all(durability == 'transient_local' for _, durability in offered)
+    return QosConfig('reliable' if reliable else 'best_effort', 'transient_local' if durable else 'volatile', depth)
