@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PYTEST_ARGS ?=
 
-.PHONY: demo test bootstrap
+.PHONY: demo test lint bootstrap
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -12,3 +12,6 @@ demo: bootstrap
 
 test: bootstrap
 	@. ./env.sh && python -m pytest $(PYTEST_ARGS)
+
+lint: bootstrap
+	@. ./env.sh && ruff check .

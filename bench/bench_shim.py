@@ -26,8 +26,9 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -105,9 +106,9 @@ def send_loop(pubs: list[Any], msg_type: type, rate: float, n: int) -> None:
 
 def run_once(profile: str, delay_ms: float, rate: float, seconds: float, priority: int) -> RunResult:
     import rclpy
-    from calf_msgs.msg import Observation
     from rclpy.executors import SingleThreadedExecutor
 
+    from calf_msgs.msg import Observation
     from calf_ros.conversions import time_ns
     from calf_ros.qos import QosConfig
 

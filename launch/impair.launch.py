@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from calf_bringup.graph import IMPAIR_LAUNCH_ARGUMENTS, impair_from_launch
 from calf_bringup.launch_support import launch_description
-
 from launch import LaunchDescription
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from calf_bringup.graph import LAUNCH_ARGUMENTS, graph_from_launch
 from calf_bringup.launch_support import launch_description
-
 from launch import LaunchDescription
 
 MODE = 'local_sim'

@@ -8,21 +8,13 @@ acting on a late observation now and then, may still drop the pole in some episo
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from calf_agent.adapter_policy_node import AdapterPolicyNode
-from calf_agent.checkpoint import save_checkpoint
-from calf_agent.policies import MlpAgent
-from calf_env.adapter_env_node import AdapterEnvNode
-from calf_core.bags import read_trace_bag
-from calf_core.errors import ConfigError
-from calf_shim.generic_shim_node import GenericShimNode
-from calf_ros.qos import RESULTS
-from calf_core.timing import Verdict
 from geometry_msgs.msg import Twist
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -31,7 +23,16 @@ from rclpy.qos import qos_profile_sensor_data
 from ros_helpers import new_context, shut_down, spin_until
 from sensor_msgs.msg import JointState
 
+from calf_agent.adapter_policy_node import AdapterPolicyNode
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
+from calf_core.bags import read_trace_bag
+from calf_core.errors import ConfigError
+from calf_core.timing import Verdict
+from calf_env.adapter_env_node import AdapterEnvNode
 from calf_msgs.msg import EpisodeResult
+from calf_ros.qos import RESULTS
+from calf_shim.generic_shim_node import GenericShimNode
 
 pytestmark = pytest.mark.ros
 SCALE = 4.0

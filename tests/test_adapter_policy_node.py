@@ -11,12 +11,12 @@ from geometry_msgs.msg import Twist
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from ros_helpers import new_context, spin_until
 from sensor_msgs.msg import JointState
 
 from calf_agent.adapter_policy_node import AdapterPolicyNode
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
-from ros_helpers import new_context, spin_until
 
 pytestmark = pytest.mark.ros
 

@@ -14,14 +14,6 @@ from typing import Any
 import pytest
 import torch
 from ament_index_python import get_package_prefix
-from calf_agent.checkpoint import save_checkpoint
-from calf_agent.policies import MlpAgent
-from calf_agent.policy_node import PolicyNode
-from calf_env.env_config import next_tick
-from calf_env.env_node import EnvNode
-from calf_core.errors import ConfigError
-from calf_ros.qos import RESULTS, STREAM
-from calf_core.timing import Verdict
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -29,7 +21,15 @@ from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
 from ros_helpers import new_context, spin_until
 
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
+from calf_agent.policy_node import PolicyNode
+from calf_core.errors import ConfigError
+from calf_core.timing import Verdict
+from calf_env.env_config import next_tick
+from calf_env.env_node import EnvNode
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
+from calf_ros.qos import RESULTS, STREAM
 
 pytestmark = pytest.mark.ros
 SCALE = 4.0
@@ -165,7 +165,7 @@ def test_malformed_actions_are_rejected_while_the_env_keeps_ticking(graph: Graph
         last = probe.observations[-1]
         msg.episode, msg.obs_seq = last.episode, last.seq
         probe.action_pub.publish(msg)
-        assert graph.until(lambda: env.rejected == n)
+        assert graph.until(lambda n=n: env.rejected == n)
     ticks = len(probe.observations)
     assert graph.until(lambda: len(probe.observations) > ticks + 10 and any(s.rejected == 3 for s in probe.stats))
     last = probe.observations[-1]
@@ -181,7 +181,7 @@ def test_malformed_observations_are_rejected_and_the_policy_keeps_running(graph:
            Observation(seq=3, data=[0.0] * 4, shape=[2, 3])]
     for n, msg in enumerate(bad, 1):
         probe.obs_pub.publish(msg)
-        assert graph.until(lambda: policy.rejected == n)
+        assert graph.until(lambda n=n: policy.rejected == n)
     probe.obs_pub.publish(Observation(seq=4, data=[0.01, 0.0, -0.01, 0.0], shape=[4]))
     assert graph.until(lambda: probe.actions)
     action = probe.actions[0]

@@ -10,12 +10,12 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
-from calf_msgs.msg import LinkStats
 from geometry_msgs.msg import Twist, Vector3
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
@@ -23,16 +23,17 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
+from ros_helpers import new_context, shut_down, spin_until
 from sensor_msgs.msg import LaserScan
 from std_msgs.msg import String
 
 from calf_core.bags import TRACE_TOPIC, TRACE_TYPE, read_bag, read_trace_bag
 from calf_core.errors import TraceError
-from calf_shim.generic_shim_node import GenericShimNode
 from calf_core.profiles import load_profile
-from calf_ros.qos import RESULTS
 from calf_core.traces import trace_stats
-from ros_helpers import new_context, shut_down, spin_until
+from calf_msgs.msg import LinkStats
+from calf_ros.qos import RESULTS
+from calf_shim.generic_shim_node import GenericShimNode
 
 pytestmark = pytest.mark.ros
 

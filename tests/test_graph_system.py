@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rclpy
-from calf_msgs.msg import EpisodeResult
 from rclpy.executors import SingleThreadedExecutor
+from ros_helpers import new_context, spin_until
 
 from calf_agent.planner import train_planner
 from calf_agent.regimes import train_policy
@@ -28,8 +28,8 @@ from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.runner import Graph, run_graph
 from calf_core.errors import ConfigError
+from calf_msgs.msg import EpisodeResult
 from calf_ros.qos import RESULTS
-from ros_helpers import new_context, spin_until
 
 SCALE = 4.0
 LIVE_TIMEOUT_S = 60.0

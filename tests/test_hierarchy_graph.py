@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import rclpy
 import torch
-from calf_msgs.msg import Action, EpisodeResult
 from rclpy.executors import SingleThreadedExecutor
+from ros_helpers import new_context, spin_until
 
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hierarchy
@@ -24,8 +24,8 @@ from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.runner import Graph
 from calf_core.errors import ConfigError
+from calf_msgs.msg import Action, EpisodeResult
 from calf_ros.qos import RESULTS, STREAM
-from ros_helpers import new_context, spin_until
 
 SCALE = 4.0
 GATING = {'angle_rad': 0.1, 'angular_velocity_rad_s': 1.0}

@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.sample_messages import sample_messages
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-
-from fixtures.sample_messages import sample_messages
 from ros_helpers import new_context, spin_until
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,23 +4,24 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
-from calf_msgs.msg import Action, LinkStats, Observation
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import new_context, shut_down, spin_until
 
+from calf_core.profiles import available_profiles
+from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.conversions import time_msg, time_ns
 from calf_ros.qos import RESULTS
-from calf_core.profiles import available_profiles
 from calf_shim.shim_node import ShimNode
-from ros_helpers import new_context, shut_down, spin_until
 
 pytestmark = pytest.mark.ros
 

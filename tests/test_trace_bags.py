@@ -9,11 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from ros_helpers import new_context, spin_until
+from rosbags.rosbag2 import StoragePlugin, Writer
+
 from calf_core.bags import (
     TRACE_TOPIC,
     TRACE_TYPE,
@@ -24,14 +29,10 @@ from calf_core.bags import (
     typestore,
     write_trace_bag,
 )
-from calf_ros.conversions import time_msg
 from calf_core.errors import TraceError
 from calf_core.profiles import load_profile
 from calf_core.traces import Sample, resolve_network, synth_trace
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from ros_helpers import new_context, spin_until
-from rosbags.rosbag2 import StoragePlugin, Writer
+from calf_ros.conversions import time_msg
 
 CALF = [sys.executable, '-m', 'calf_bringup.cli']
 
@@ -262,9 +263,8 @@ def _record_and_publish(tmp_path: Path, extra: list[str], live: tuple) -> tuple[
     20 observations: those with seq % 5 == 3 never reach the desktop side, and the actions for
     seq % 4 == 1 never reach the edge. Returns once the recorder has published all their samples,
     with every sample published and the steady-clock time the 20 began (the recorder's clock)."""
-    from calf_ros.qos import RESULTS
-
     from calf_msgs.msg import Action, Observation, TraceSample
+    from calf_ros.qos import RESULTS
 
     started, context = live
     namespace = f'/calf_trace_test_{os.getpid()}'
@@ -358,11 +358,11 @@ def _readable(bag: Path) -> int:
 @pytest.mark.ros
 def test_recorder_measures_the_shim(tmp_path, live):
     """The real shim (in process) under delay_only: the recorder sees about 25 ms each way, no loss."""
-    from calf_ros.qos import RESULTS, STREAM
-    from calf_shim.shim_node import ShimNode
     from rclpy.parameter import Parameter
 
     from calf_msgs.msg import Action, Observation, TraceSample
+    from calf_ros.qos import RESULTS, STREAM
+    from calf_shim.shim_node import ShimNode
 
     started, context = live
     namespace = f'/calf_trace_shim_{os.getpid()}'

@@ -24,8 +24,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pytest
@@ -352,9 +353,10 @@ def test_edge_keeps_ticking_while_the_desktop_restarts(link: Link) -> None:
 def listen() -> None:
     """Print every EpisodeResult on RESULT_TOPIC as a JSON line, until SIGTERM or SIGINT."""
     import rclpy
+    from rclpy.executors import ExternalShutdownException
+
     from calf_msgs.msg import EpisodeResult
     from calf_ros.qos import RESULTS
-    from rclpy.executors import ExternalShutdownException
 
     def on_result(msg: EpisodeResult) -> None:
         print(json.dumps({'seq': msg.seq, 'length': msg.length, 'episode_return': msg.episode_return,

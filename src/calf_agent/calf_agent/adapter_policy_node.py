@@ -12,15 +12,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
-from calf_core.errors import ConfigError, MessageError
-from calf_ros.node_main import run_node
-from calf_ros.node_params import declare_parameters
-from calf_ros.qos import QosConfig
-from calf_ros.message_types import resolve_type
 from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner
+from calf_core.errors import ConfigError, MessageError
+from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
+from calf_ros.message_types import resolve_type
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'policy': ('', 'checkpoint directory (policy.safetensors and meta.json), as written by calf train'),
@@ -53,9 +52,9 @@ class AdapterPolicyNode(Node):
         obs, act = cfg.adapter.observation, cfg.adapter.action
         cfg.adapter.check_sizes(runner.obs_size, runner.n_actions)
         self._action_type = resolve_type(act.type_name)
-        self._action_pub = self.create_publisher(self._action_type, act.topic, QosConfig(*act.qos).profile())
+        self._action_pub = self.create_publisher(self._action_type, act.topic, act.qos.profile())
         self.create_subscription(resolve_type(obs.type_name), obs.topic, self._on_observation,
-                                 QosConfig(*obs.qos).profile())
+                                 obs.qos.profile())
         self.received = self.rejected = self.acted = 0
         self.get_logger().info(f'policy {cfg.policy}: {obs.type_name} on {obs.topic} -> {act.type_name} on '
                                f'{act.topic}, {runner.n_actions} actions')

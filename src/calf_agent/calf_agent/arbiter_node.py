@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from calf_core.envs import make_env
-from calf_ros.conversions import msg_to_obs
-from calf_core.errors import ConfigError, MessageError
-from calf_ros.node_main import run_node
-from calf_ros.node_params import declare_parameters, positive_number
-from calf_ros.qos import STREAM, QosConfig
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from calf_agent.arbiter import Reason, make_arbiter
 from calf_agent.hierarchy import Hierarchy, load_hierarchy
+from calf_core.envs import make_env
+from calf_core.errors import ConfigError, MessageError
 from calf_msgs.msg import Action, Observation
+from calf_ros.conversions import msg_to_obs
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters, positive_number
+from calf_ros.qos import STREAM, QosConfig
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'hierarchy': ('', 'directory written by calf train-hierarchy (hierarchy.json: sub-policies, gating, timeout)'),

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from calf_ros.conversions import msg_to_obs, plan_to_msg
-from calf_core.errors import ConfigError, MessageError
-from calf_ros.node_main import run_node
-from calf_ros.node_params import declare_parameters
-from calf_ros.qos import STREAM, QosConfig
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner
+from calf_core.errors import ConfigError, MessageError
 from calf_msgs.msg import Action, Observation
+from calf_ros.conversions import msg_to_obs, plan_to_msg
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import STREAM, QosConfig
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'policy': ('', 'checkpoint directory (policy.safetensors and meta.json), as written by calf train'),

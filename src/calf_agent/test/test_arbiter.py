@@ -4,8 +4,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calf_agent.arbiter import AGENT_CELL, DOOR, GOAL, KEY, Arbiter, CartPoleGate, DoorKeyGate, Reason, make_arbiter, \
-    make_gate
+from calf_agent.arbiter import (
+    AGENT_CELL,
+    DOOR,
+    GOAL,
+    KEY,
+    Arbiter,
+    CartPoleGate,
+    DoorKeyGate,
+    Reason,
+    make_arbiter,
+    make_gate,
+)
 from calf_agent.subtasks import make_subtask_env
 from calf_core.errors import ConfigError
 

@@ -205,7 +205,7 @@ def test_mark_executed_ors_lagged_rows_into_earlier_steps() -> None:
     executed = [np.array([[[0, 0], [0, 0], [0, 0]]]),  # step 0: nothing ran yet
                 np.array([[[0, 0], [0, 1], [0, 0]]]),  # step 1: element 1 of step 0's plan ran
                 np.array([[[1, 0], [0, 0], [1, 0]]])]  # step 2: element 0 of its own plan and of step 0's
-    for t, rows in enumerate(executed):
+    for _, rows in enumerate(executed):
         buffer.add(torch.zeros(1, 1), torch.zeros(1), torch.zeros(1, 2), torch.zeros(1), torch.zeros(1),
                    np.zeros(1))
         buffer.mark_executed(rows)

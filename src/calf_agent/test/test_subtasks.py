@@ -5,8 +5,17 @@ import numpy as np
 import pytest
 
 from calf_agent.arbiter import AGENT_CELL, KEY
-from calf_agent.subtasks import OMEGA_SCALE, SUBTASKS, THETA_LIMIT, V_SCALE, X_LIMIT, make_subtask_env, \
-    recenter_reward, stabilise_reward, subtask
+from calf_agent.subtasks import (
+    OMEGA_SCALE,
+    SUBTASKS,
+    THETA_LIMIT,
+    V_SCALE,
+    X_LIMIT,
+    make_subtask_env,
+    recenter_reward,
+    stabilise_reward,
+    subtask,
+)
 from calf_core.envs import MINIGRID_DONE
 from calf_core.errors import ConfigError
 
@@ -30,7 +39,7 @@ def test_cartpole_subtask_keeps_the_task_dynamics_and_termination(name: str) -> 
     env, plain = make_subtask_env('cartpole', name), make_subtask_env('cartpole', name).env
     obs, _ = env.reset(seed=3)
     assert np.array_equal(obs, plain.reset(seed=3)[0])
-    for step in range(200):
+    for step in range(200):  # noqa: B007 (read after the loop)
         obs, reward, terminated, truncated, _ = env.step(1)
         expected = plain.step(1)
         assert np.array_equal(obs, expected[0]) and (terminated, truncated) == expected[2:4]

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
-
-from calf_core.errors import CalfError
+from collections.abc import Sequence
 
 from calf_bringup import (
     cmd_demo,
@@ -17,6 +15,7 @@ from calf_bringup import (
     cmd_train,
     cmd_train_hierarchy,
 )
+from calf_core.errors import CalfError
 
 COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace)
 

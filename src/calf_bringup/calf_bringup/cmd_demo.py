@@ -13,9 +13,8 @@ from pathlib import Path
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import train_planner
 from calf_agent.regimes import regime_profile, train_policy
-from calf_core.profiles import load_profile
-
 from calf_bringup.ros_eval import evaluate_ros
+from calf_core.profiles import load_profile
 
 DEMO_REGIMES = {'baseline': 60_000, 'full': 160_000}
 """Regime -> PPO steps: enough for a clean 500 and a clearly network-aware policy."""

@@ -5,11 +5,10 @@ import argparse
 from pathlib import Path
 
 from calf_agent.hierarchy import GRAPHS
-from calf_core.envs import parse_start_plan
-from calf_core.errors import ConfigError
-
 from calf_bringup.graph import IMPAIR, MODES, ROLES, build_graph, impair_graph
 from calf_bringup.runner import run_graph
+from calf_core.envs import parse_start_plan
+from calf_core.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from calf_core.bags import (
     Storage,
     import_bag,

@@ -12,13 +12,14 @@ import ipaddress
 import os
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ament_index_python.packages import (
     PackageNotFoundError,
     get_package_share_directory,
 )
+
 from calf_core.errors import ConfigError
 
 PEERS_PREFIX = 'peers:'

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
+
 from calf_agent.hierarchy import GRAPHS, load_hierarchy
+from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers
 from calf_core.envs import parse_start_plan
 from calf_core.errors import ConfigError
 from calf_shim.topic_relay_config import load_relay_config
-
-from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers
 
 NAMESPACE = '/calf'
 MODES = ('local_sim', 'sim_net', 'edge_sim')

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+
 from calf_agent.subtasks import subtasks
 
 GRAPH_ROWS = {'Flat (Desktop)': 'flat_desktop', 'Flat (Edge)': 'flat_edge',

@@ -5,7 +5,7 @@ exist on a full ROS 2 install only.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration

@@ -25,24 +25,25 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 import rclpy
-from calf_agent.checkpoint import load_checkpoint
-from calf_agent.evaluate import EpisodeLog
-from calf_agent.hierarchy import load_hierarchy
-from calf_core.envs import env_spec, make_env
-from calf_core.errors import CalfError, ConfigError
-from calf_core.profiles import load_profile
-from calf_ros.qos import RESULTS, STREAM
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
+from calf_agent.checkpoint import load_checkpoint
+from calf_agent.evaluate import EpisodeLog
+from calf_agent.hierarchy import load_hierarchy
 from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
 from calf_bringup.runner import Graph
+from calf_core.envs import env_spec, make_env
+from calf_core.errors import CalfError, ConfigError
+from calf_core.profiles import load_profile
 from calf_msgs.msg import Action, EpisodeResult, LinkStats
+from calf_ros.qos import RESULTS, STREAM
 
 RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
 SHIM_STATS_TOPIC = f'{NAMESPACE}/shim/link_stats'

@@ -13,13 +13,14 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple, TextIO
+from typing import NamedTuple, TextIO
 
 from ament_index_python.packages import PackageNotFoundError, get_package_prefix
-from calf_core.errors import ConfigError
 
 from calf_bringup.graph import NodeSpec, command_line
+from calf_core.errors import ConfigError
 
 STOP_TIMEOUT_S = 10.0
 TAIL_LINES = 40

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from calf_agent.evaluate import evaluate_sim
-from calf_core.profiles import load_profile, sample_e2e
-
 from calf_bringup.experiment import TrainJob, _versions, run_train
 from calf_bringup.experiment_report import write_latency_cdf
 from calf_bringup.experiment_specs import (
@@ -18,6 +16,7 @@ from calf_bringup.experiment_specs import (
     TABLES,
 )
 from calf_bringup.ros_eval import evaluate_ros
+from calf_core.profiles import load_profile, sample_e2e
 
 
 def run_table9(out: Path, episodes: int, command: str, started: float) -> list[Path]:

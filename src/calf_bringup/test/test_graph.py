@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from calf_bringup import cli, cmd_run
 from calf_bringup.discovery import (
     FASTDDS_NS,
     parse_peers,
@@ -24,8 +26,6 @@ from calf_bringup.graph import (
     param_text,
 )
 from calf_core.errors import ConfigError
-
-from calf_bringup import cli, cmd_run
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
               ('episode_result', '/calf/edge/episode_result'), ('link_stats', '/calf/edge/link_stats')]

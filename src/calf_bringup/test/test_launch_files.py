@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from calf_bringup.graph import (
     IMPAIR_LAUNCH_ARGUMENTS,
     LAUNCH_ARGUMENTS,

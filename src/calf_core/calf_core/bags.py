@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from mcap.exceptions import McapError
 from mcap.records import Channel, Message, Schema

@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import yaml
+
 from calf_core.errors import ConfigError
 from calf_core.link import Link
 from calf_core.networked_env import NetworkedEnv

@@ -16,8 +16,9 @@ import inspect
 import math
 import numbers
 from collections import deque
+from collections.abc import Sequence
 from enum import Enum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -24,7 +24,8 @@ Pareto and empirical delays, Bernoulli and Gilbert-Elliott loss, trace replay, F
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from test_timing import TickCounterEnv
 
 from calf_core.envs import make_env, make_networked_env
 from calf_core.link import Link
 from calf_core.models import BernoulliLoss, FixedDelay
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import load_profile
-from test_timing import TickCounterEnv
 
 DT = 0.02
 

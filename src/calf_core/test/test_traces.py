@@ -6,9 +6,24 @@ import pytest
 
 from calf_core.errors import ConfigError, TraceError
 from calf_core.profiles import load_profile, profile_from_dict
-from calf_core.traces import (ActionEvent, Direction, ObsEvent, Sample, Trace, TraceMatcher, burst_lengths,
-                              fit_profile_dict, import_from_messages, plot_trace, reordered_count, resolve_network,
-                              stalls, synth_trace, trace_profile, trace_stats)
+from calf_core.traces import (
+    ActionEvent,
+    Direction,
+    ObsEvent,
+    Sample,
+    Trace,
+    TraceMatcher,
+    burst_lengths,
+    fit_profile_dict,
+    import_from_messages,
+    plot_trace,
+    reordered_count,
+    resolve_network,
+    stalls,
+    synth_trace,
+    trace_profile,
+    trace_stats,
+)
 
 MS = 1_000_000
 

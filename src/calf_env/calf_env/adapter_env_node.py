@@ -20,16 +20,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
-from calf_core.errors import ConfigError, MessageError
-from calf_ros.node_main import run_node
-from calf_ros.node_params import declare_parameters
-from calf_ros.qos import QosConfig
-from calf_core.timing import ObsRecord
-from calf_ros.message_types import resolve_type
 from rclpy.event_handler import SubscriptionEventCallbacks
 
+from calf_core.errors import ConfigError, MessageError
+from calf_core.timing import ObsRecord
 from calf_env.env_node import EnvNode
+from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
+from calf_ros.message_types import resolve_type
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'adapter': ('', 'adapter YAML: observation topic/type/fields and action topic/type/table'),
@@ -54,9 +53,9 @@ class AdapterEnvNode(EnvNode):
         self.adapter = load_adapter(self)
         obs, act = self.adapter.observation, self.adapter.action
         self._obs_type = resolve_type(obs.type_name)
-        self._obs_pub = self.create_publisher(self._obs_type, obs.topic, QosConfig(*obs.qos).profile())
+        self._obs_pub = self.create_publisher(self._obs_type, obs.topic, obs.qos.profile())
         commands = self.create_subscription(resolve_type(act.type_name), act.topic, self._on_command,
-                                            QosConfig(*act.qos).profile(),
+                                            act.qos.profile(),
                                             event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_lost))
         self.get_logger().info(f'{obs.type_name} on {self._obs_pub.topic_name}, {act.type_name} on '
                                f'{commands.topic_name} ({len(act.table)} actions)')

@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from calf_core.errors import ConfigError
-from calf_ros.node_params import declare_parameters, positive_number
-from calf_ros.qos import STREAM, QosConfig
 from rclpy.node import Node
 
 from calf_core.envs import env_spec, parse_start_plan
+from calf_core.errors import ConfigError
+from calf_ros.node_params import declare_parameters, positive_number
+from calf_ros.qos import STREAM, QosConfig
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'dt': (None, 'tick period of the task (seconds); default: the task\'s own (cartpole 0.02, minigrid 0.1)'),

@@ -15,22 +15,23 @@ import os
 import sys
 import threading
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from calf_ros.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
-from calf_core.errors import MessageError
-from calf_ros.node_main import run_node
-from calf_ros.qos import RESULTS
-from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
 
-from calf_env.env_config import EnvNodeConfig, next_tick
 from calf_core.envs import make_stepper
+from calf_core.errors import MessageError
+from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
+from calf_env.env_config import EnvNodeConfig, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
+from calf_ros.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
+from calf_ros.node_main import run_node
+from calf_ros.qos import RESULTS
 
 
 class EnvNode(Node):

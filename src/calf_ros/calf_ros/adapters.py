@@ -29,9 +29,10 @@ action index. Pure: messages are read and written by attribute (duck typing), ne
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -4,14 +4,15 @@ Every check raises ``MessageError`` with a one-line reason; nodes count and log 
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from builtin_interfaces.msg import Time
-from calf_msgs.msg import Action, EpisodeResult, Observation
 
 from calf_core.errors import MessageError
 from calf_core.timing import EpisodeSummary, ObsRecord
+from calf_msgs.msg import Action, EpisodeResult, Observation
 
 
 class ReceivedObservation(NamedTuple):

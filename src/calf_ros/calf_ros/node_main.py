@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import rclpy
 from rclpy.executors import SingleThreadedExecutor

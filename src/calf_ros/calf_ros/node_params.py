@@ -1,7 +1,8 @@
 """Node parameters: declared from one table, read once, bad values reported on one line."""
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterException

@@ -5,8 +5,9 @@ shim's own impairments stand in for the network; the middleware should not retra
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Sequence
+from typing import Any
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 

@@ -14,9 +14,16 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray
 
-from calf_ros.adapters import (ACTION_QOS, OBSERVATION_QOS, AdapterConfig, load_adapter_config,
-                                parse_adapter_config, parse_observation, set_fields)
 from calf_core.errors import ConfigError, MessageError
+from calf_ros.adapters import (
+    ACTION_QOS,
+    OBSERVATION_QOS,
+    AdapterConfig,
+    load_adapter_config,
+    parse_adapter_config,
+    parse_observation,
+    set_fields,
+)
 from calf_ros.qos import QosConfig
 
 JOINTS = {'topic': '/joint_states', 'type': 'sensor_msgs/msg/JointState', 'joints': ['cart', 'pole'],

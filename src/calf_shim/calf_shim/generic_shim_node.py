@@ -36,19 +36,18 @@ from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from rclpy.topic_endpoint_info import TopicEndpointInfo
 
-from calf_msgs.msg import LinkStats
 from calf_core.bags import TRACE_TOPIC, TraceBagWriter
-from calf_ros.conversions import time_msg
 from calf_core.errors import ConfigError
+from calf_core.traces import message_sample
+from calf_msgs.msg import LinkStats
+from calf_ros.conversions import time_msg
+from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
-from calf_ros.qos import RESULTS, QosConfig
+from calf_ros.qos import RESULTS, QosConfig, mirror_qos
 from calf_shim.relay import Relay, ReleaseThread
 from calf_shim.shim_node import _now_s, _received_s
-from calf_ros.message_types import resolve_type
-from calf_ros.qos import mirror_qos
 from calf_shim.topic_relay_config import Endpoint, RelayEntry, check_types, load_relay_config
-from calf_core.traces import message_sample
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'config': ('', 'relay config YAML: a list of {in_topic, out_topic, type, direction, profile, qos}'),
@@ -164,7 +163,7 @@ class GenericShimNode(Node):
 
     def _open(self, route: _Route, qos: QosConfig) -> None:
         """Create the publisher, then the raw subscription (counting middleware losses where reported)."""
-        profile = QosConfig(*qos).profile()
+        profile = qos.profile()
         route.publisher = self.create_publisher(route.msg_type, route.out_name, profile)
 
         def on_lost(info: QoSMessageLostInfo) -> None:

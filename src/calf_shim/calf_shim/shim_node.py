@@ -25,12 +25,12 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 
+from calf_core.errors import CalfError, ConfigError
+from calf_core.profiles import load_profile
 from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.conversions import time_msg
-from calf_core.errors import CalfError, ConfigError
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
-from calf_core.profiles import load_profile
 from calf_ros.qos import RESULTS, STREAM, QosConfig
 from calf_shim.relay import Relay, ReleaseThread
 

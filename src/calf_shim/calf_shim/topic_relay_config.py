@@ -16,8 +16,9 @@ take the defaults of `calf_ros.qos.STREAM`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile

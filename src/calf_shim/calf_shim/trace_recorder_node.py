@@ -19,9 +19,10 @@ Run the graph at time_scale 1 when recording: the trace holds wall-clock delays.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import (
@@ -34,14 +35,14 @@ from rclpy.serialization import deserialize_message
 from rclpy.subscription import Subscription
 from std_msgs.msg import Header
 
-from calf_msgs.msg import Action, Observation, TraceSample
 from calf_core.bags import ACTION_TYPE, OBSERVATION_TYPE, TraceBagWriter
-from calf_ros.conversions import time_msg
 from calf_core.errors import ConfigError
+from calf_core.traces import Direction, Sample, TraceMatcher
+from calf_msgs.msg import Action, Observation, TraceSample
+from calf_ros.conversions import time_msg
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, QosConfig
-from calf_core.traces import Direction, Sample, TraceMatcher
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'out': ('', 'bag directory to create (required; must not exist)'),

@@ -7,10 +7,10 @@ import pytest
 
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
+from calf_core.traces import Direction
 from calf_ros.message_types import normalise_type, resolve_type
 from calf_ros.qos import QosConfig, mirror_qos, parse_qos
 from calf_shim.topic_relay_config import Endpoint, check_types, load_relay_config, parse_entry, parse_relay_config
-from calf_core.traces import Direction
 
 EXAMPLE = Path(__file__).resolve().parents[2] / 'calf_bringup' / 'config' / 'impair_cmd_vel.yaml'
 
