@@ -33,7 +33,7 @@ if ! stamp_ok requirements "$REQ_HASH"; then
   step "rewrite build-machine paths in the wheels' exported CMake files"
   PY_INCLUDE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
   NP_INCLUDE="$("$VENV/bin/python" -c 'import numpy; print(numpy.get_include())')"
-  grep -rl --include='*.cmake' -e '/opt/python/cp311-cp311' "$VENV/share" 2>/dev/null | while read -r f; do
+  { grep -rl --include='*.cmake' -e '/opt/python/cp311-cp311' "$VENV/share" 2>/dev/null || true; } | while read -r f; do
     sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NP_INCLUDE#g" \
            -e "s#/opt/python/cp311-cp311/include/python3.11#$PY_INCLUDE#g" "$f"
   done
