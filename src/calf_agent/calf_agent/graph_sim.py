@@ -87,8 +87,14 @@ class HierarchySim:
         self._start_ns = 0  # episodes follow each other on one clock, as the env node's do
 
     def play(self, seed: int) -> EpisodeSummary:
-        """One episode with env and links seeded by ``seed``, one tick after the previous one ended."""
-        self._uplink, self._downlink = self.profile.make_links(np.random.default_rng(seed))
+        """One episode with env and links seeded by ``seed``, one tick after the previous one ended.
+
+        The links are built once and run on across episodes (``Link.reseed``), as NetworkedEnv's do."""
+        if self._uplink is None or self._downlink is None:
+            self._uplink, self._downlink = self.profile.make_links(np.random.default_rng(seed))
+        else:
+            for link, rng in zip((self._uplink, self._downlink), np.random.default_rng(seed).spawn(2)):
+                link.reseed(rng)
         self._events.clear()
         for desktop in self.desktop:
             desktop.busy_until_ns, desktop.waiting = 0, None

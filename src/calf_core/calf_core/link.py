@@ -33,7 +33,7 @@ class Stage(Protocol):
     """One impairment. A stage may set `queue_drops = True` to count its drops as queue drops."""
 
     def reset(self) -> None:
-        """Clear state (queues, Gilbert-Elliott state, trace offset, ...)."""
+        """Clear state (queues, Gilbert-Elliott state, trace offset, ...): a fresh process."""
 
     def apply(self, packet: Packet, rng: np.random.Generator) -> list[Packet]:
         """Return the packet's copies: [] = lost, one = delivered, two or more = duplicated."""
@@ -186,8 +186,15 @@ class Link:
         else:
             self.stats.dropped_injected += 1
 
+    def reseed(self, rng: np.random.Generator) -> None:
+        """Draw from ``rng`` from now on; the link's state (stalls, burst state, queue, trace position,
+        FIFO order, its clock) runs on. NetworkedEnv calls this on a seeded episode reset."""
+        self._rng = rng
+
     def reset(self, rng: np.random.Generator | None = None) -> None:
-        """Clear all stage state and counters; optionally swap the generator (per-episode reseeding)."""
+        """Start a fresh link process: clear all stage state and counters; optionally swap the generator.
+
+        Episodes do not call this: a link is one continuous process across episodes (see `reseed`)."""
         for stage in self._stages:
             stage.reset()
         if rng is not None:

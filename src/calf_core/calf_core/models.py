@@ -1,7 +1,8 @@
 """Network model stages: delay, loss, stalls, bandwidth, duplication and trace replay.
 
-Each stage is a small class following `calf_core.link.Stage`. Constructors validate their
-parameters and raise `ConfigError` naming the parameter and the received value. Delays are
+Each stage is a small class following `calf_core.link.Stage`. `build_stage` validates a spec
+against the profile schema (`calf_core.profile_schema`: keys, types, units, bounds) before a
+constructor runs; constructors take validated values. Delays are
 additive: chain `FixedDelay` with a jitter stage to get a base latency plus jitter.
 Parameters are in milliseconds (`*_ms`); packet times are in seconds. Random numbers are drawn
 in blocks (`DrawBuffer`): the same seed gives the same sequence, at a fraction of the cost of one
@@ -12,9 +13,7 @@ a profile spec; `MODELS` maps each model name to its class.
 """
 from __future__ import annotations
 
-import inspect
 import math
-import numbers
 from collections import deque
 from collections.abc import Sequence
 from enum import Enum
@@ -22,35 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from calf_core.errors import ConfigError
 from calf_core.link import DrawBuffer, IndependentStage, Packet, SingleCopyStage, Stage
-
-
-def _number(model: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ConfigError(f"{model}: {name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _non_negative(model: str, name: str, value: Any) -> float:
-    number = _number(model, name, value)
-    if number < 0.0:
-        raise ConfigError(f"{model}: {name} must be >= 0, got {value}")
-    return number
-
-
-def _positive(model: str, name: str, value: Any) -> float:
-    number = _number(model, name, value)
-    if number <= 0.0:
-        raise ConfigError(f"{model}: {name} must be > 0, got {value}")
-    return number
-
-
-def _probability(model: str, name: str, value: Any) -> float:
-    number = _number(model, name, value)
-    if not 0.0 <= number <= 1.0:
-        raise ConfigError(f"{model}: {name} must be in [0, 1], got {value}")
-    return number
+from calf_core.profile_schema import check_stage, dist_mean
 
 
 class FixedDelay(IndependentStage):
@@ -59,7 +31,7 @@ class FixedDelay(IndependentStage):
     MODEL = "fixed_delay"
 
     def __init__(self, latency_ms: float) -> None:
-        self.latency_s = _non_negative(self.MODEL, "latency_ms", latency_ms) / 1e3
+        self.latency_s = latency_ms / 1e3
         super().__init__()
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -72,8 +44,7 @@ class GaussianDelay(IndependentStage):
     MODEL = "gaussian_delay"
 
     def __init__(self, mean_ms: float, std_ms: float) -> None:
-        self.mean_ms = _non_negative(self.MODEL, "mean_ms", mean_ms)
-        self.std_ms = _non_negative(self.MODEL, "std_ms", std_ms)
+        self.mean_ms, self.std_ms = mean_ms, std_ms
         super().__init__()
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -91,12 +62,27 @@ class LogNormalDelay(IndependentStage):
     MODEL = "lognormal_delay"
 
     def __init__(self, median_ms: float, sigma: float) -> None:
-        self.median_ms = _positive(self.MODEL, "median_ms", median_ms)
-        self.sigma = _non_negative(self.MODEL, "sigma", sigma)
+        self.median_ms, self.sigma = median_ms, sigma
         super().__init__()
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.median_ms * np.exp(self.sigma * rng.standard_normal(n)) / 1e3
+
+
+class GammaDelay(IndependentStage):
+    """Adds a gamma-distributed delay: mean_ms and std_ms, or shape and scale_ms (mean = shape * scale_ms)."""
+
+    MODEL = "gamma_delay"
+
+    def __init__(self, mean_ms: float | None = None, std_ms: float | None = None, shape: float | None = None,
+                 scale_ms: float | None = None) -> None:
+        if shape is None or scale_ms is None:
+            shape, scale_ms = (mean_ms / std_ms) ** 2, std_ms**2 / mean_ms
+        self.shape, self.scale_ms = shape, scale_ms
+        super().__init__()
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.gamma(self.shape, self.scale_ms, n) / 1e3
 
 
 class ParetoDelay(IndependentStage):
@@ -110,8 +96,7 @@ class ParetoDelay(IndependentStage):
     MODEL = "pareto_delay"
 
     def __init__(self, scale_ms: float, shape: float) -> None:
-        self.scale_ms = _positive(self.MODEL, "scale_ms", scale_ms)
-        self.shape = _positive(self.MODEL, "shape", shape)
+        self.scale_ms, self.shape = scale_ms, shape
         super().__init__()
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -127,17 +112,8 @@ class EmpiricalDelay(IndependentStage):
     MODEL = "empirical_delay"
 
     def __init__(self, bins_ms: Sequence[float], probs: Sequence[float]) -> None:
-        edges = [_non_negative(self.MODEL, "bins_ms", edge) for edge in bins_ms]
-        weights = [_non_negative(self.MODEL, "probs", p) for p in probs]
-        if len(edges) != len(weights) + 1 or not weights:
-            raise ConfigError(
-                f"{self.MODEL}: bins_ms needs len(probs) + 1 edges, got {len(edges)} edges for {len(weights)} probs"
-            )
-        if any(b <= a for a, b in zip(edges, edges[1:])):
-            raise ConfigError(f"{self.MODEL}: bins_ms must be strictly increasing, got {list(bins_ms)}")
+        edges, weights = [float(edge) for edge in bins_ms], [float(p) for p in probs]
         total = sum(weights)
-        if total <= 0.0:
-            raise ConfigError(f"{self.MODEL}: probs must have a positive sum, got {list(probs)}")
         self.edges_ms = np.asarray(edges)
         self.cumulative = np.cumsum(weights) / total
         self.cumulative[-1] = 1.0
@@ -155,7 +131,7 @@ class BernoulliLoss(IndependentStage):
     MODEL = "bernoulli_loss"
 
     def __init__(self, p: float) -> None:
-        self.p = _probability(self.MODEL, "p", p)
+        self.p = p
         super().__init__()
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -170,8 +146,9 @@ class GilbertElliottLoss(SingleCopyStage):
     """Burst loss: a two-state Markov chain stepped once per packet.
 
     Each packet is lost with the current state's loss probability, then the state moves
-    (good -> bad with p_good_to_bad, bad -> good with p_bad_to_good). After reset the first
-    packet draws its state from the stationary distribution, so the long-run loss rate is
+    (good -> bad with p_good_to_bad, bad -> good with p_bad_to_good). The first packet the link
+    carries draws its state from the stationary distribution; the chain then runs on across
+    episodes, so the long-run loss rate is
     pi_bad * loss_bad + (1 - pi_bad) * loss_good with pi_bad = p_gb / (p_gb + p_bg).
     The mean burst (bad-state) length is 1 / p_bad_to_good packets.
     """
@@ -179,12 +156,8 @@ class GilbertElliottLoss(SingleCopyStage):
     MODEL = "gilbert_elliott"
 
     def __init__(self, p_good_to_bad: float, p_bad_to_good: float, loss_good: float, loss_bad: float) -> None:
-        self.p_good_to_bad = _probability(self.MODEL, "p_good_to_bad", p_good_to_bad)
-        self.p_bad_to_good = _probability(self.MODEL, "p_bad_to_good", p_bad_to_good)
-        if self.p_bad_to_good == 0.0:
-            raise ConfigError(f"{self.MODEL}: p_bad_to_good must be > 0, got {p_bad_to_good}")
-        self.loss_good = _probability(self.MODEL, "loss_good", loss_good)
-        self.loss_bad = _probability(self.MODEL, "loss_bad", loss_bad)
+        self.p_good_to_bad, self.p_bad_to_good = p_good_to_bad, p_bad_to_good
+        self.loss_good, self.loss_bad = loss_good, loss_bad
         self.pi_bad = self.p_good_to_bad / (self.p_good_to_bad + self.p_bad_to_good)
         self._bad: bool | None = None
         self._uniform = DrawBuffer(_uniforms)
@@ -207,6 +180,42 @@ class GilbertElliottLoss(SingleCopyStage):
         return None if lost else arrive_s
 
 
+class Distribution:
+    """A positive random duration in seconds: fixed, uniform, exponential or lognormal (see profile_schema).
+
+    ``sample`` draws one value; ``residual`` draws the time left of one in progress at a random
+    instant (the equilibrium residual: a length-biased draw times a uniform), which starts a
+    renewal process in its stationary state instead of at a renewal.
+    """
+
+    def __init__(self, spec: dict[str, Any], scale: float = 1e-3) -> None:
+        self.kind = spec['dist']
+        self.params = {k: float(v) * (1.0 if k == 'sigma' else scale) for k, v in spec.items() if k != 'dist'}
+        self.mean = dist_mean({'dist': self.kind, **self.params})
+
+    def sample(self, rng: np.random.Generator) -> float:
+        p = self.params
+        if self.kind == 'fixed':
+            return p['value']
+        if self.kind == 'uniform':
+            return float(rng.uniform(p['low'], p['high']))
+        if self.kind == 'exponential':
+            return float(rng.exponential(p['mean']))
+        return p['median'] * math.exp(p['sigma'] * float(rng.standard_normal()))
+
+    def residual(self, rng: np.random.Generator) -> float:
+        p, u = self.params, float(rng.random())
+        if self.kind == 'fixed':
+            return u * p['value']
+        if self.kind == 'uniform':  # length-biased uniform: density proportional to x on [low, high]
+            low, high = p['low'], p['high']
+            return u * math.sqrt(low * low + float(rng.random()) * (high * high - low * low))
+        if self.kind == 'exponential':  # memoryless
+            return float(rng.exponential(p['mean']))
+        biased = p['median'] * math.exp(p['sigma'] ** 2 + p['sigma'] * float(rng.standard_normal()))
+        return u * biased  # length-biased lognormal: lognormal(mu + sigma^2, sigma)
+
+
 class StallMode(str, Enum):
     PERIODIC = "periodic"
     RANDOM = "random"
@@ -215,61 +224,53 @@ class StallMode(str, Enum):
 class Stall(SingleCopyStage):
     """Link outages: a packet whose arrival falls inside a stall window is released at its end.
 
-    Windows last duration_ms and recur every period_ms (or 1000 / rate_hz) on average, timed
-    from the first packet after reset. 'periodic': window k covers the last duration_ms of
-    period k (k >= 1). 'random': the gaps between windows are exponential with mean
-    period_ms - duration_ms, so stalls start as a renewal process with the same mean period.
-    Either way the fraction of time stalled is duration_ms / period_ms.
+    Stalls and the gaps between them alternate as one renewal process: each stall lasts a draw of
+    ``duration_ms``, each gap (end of one stall to start of the next) a draw of ``gap_ms``; either
+    is a number (fixed) or a distribution (see ``calf_core.profile_schema``). The older form gives
+    ``period_ms`` (or ``rate_hz``), the mean time from one stall start to the next, and a mode:
+    'periodic' fixes the gap at period - mean duration, 'random' makes it exponential with that
+    mean. The fraction of time stalled is mean duration / (mean duration + mean gap).
+
+    The process starts at the first packet the link carries, at a random phase (in its stationary
+    state: stalled with that fraction's probability, with the equilibrium residual of the current
+    stall or gap), and then runs on: it does not restart at an episode boundary.
     """
 
     MODEL = "stall"
 
     def __init__(
         self,
-        duration_ms: float,
+        duration_ms: float | dict[str, Any],
+        gap_ms: float | dict[str, Any] | None = None,
         period_ms: float | None = None,
         rate_hz: float | None = None,
         mode: str = "periodic",
     ) -> None:
-        if (period_ms is None) == (rate_hz is None):
-            raise ConfigError(
-                f"{self.MODEL}: give exactly one of period_ms or rate_hz, got period_ms={period_ms}, rate_hz={rate_hz}"
-            )
-        if period_ms is None:
-            period_ms = 1e3 / _positive(self.MODEL, "rate_hz", rate_hz)
-        self.period_s = _positive(self.MODEL, "period_ms", period_ms) / 1e3
-        self.duration_s = _positive(self.MODEL, "duration_ms", duration_ms) / 1e3
-        if self.duration_s >= self.period_s:
-            raise ConfigError(
-                f"{self.MODEL}: duration_ms must be < the period ({self.period_s * 1e3:g} ms), got {duration_ms}"
-            )
-        try:
-            self.mode = StallMode(mode)
-        except ValueError:
-            raise ConfigError(f"{self.MODEL}: mode must be 'periodic' or 'random', got {mode!r}") from None
-        self._periodic = self.mode is StallMode.PERIODIC
+        self.duration = Distribution(_as_dist(duration_ms))
+        if gap_ms is None:
+            period_s = (period_ms / 1e3) if period_ms is not None else 1.0 / rate_hz
+            gap_s = period_s - self.duration.mean
+            gap = {'dist': 'fixed' if StallMode(mode) is StallMode.PERIODIC else 'exponential',
+                   'value' if StallMode(mode) is StallMode.PERIODIC else 'mean': gap_s}
+            self.gap = Distribution(gap, scale=1.0)
+        else:
+            self.gap = Distribution(_as_dist(gap_ms))
+        self.stalled_fraction = self.duration.mean / (self.duration.mean + self.gap.mean)
         self.reset()
 
     def reset(self) -> None:
-        self._origin_s: float | None = None
+        self._started = False
         self._windows: deque[tuple[float, float]] = deque()
         self._next_start_s = math.inf
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        if self._origin_s is None:
-            self._origin_s = send_s
-            if not self._periodic:
-                self._next_start_s = send_s + self._gap(rng)
+        if not self._started:
+            self._start(send_s, rng)
         t = arrive_s
-        if self._periodic:
-            into = (t - self._origin_s) % self.period_s
-            if into >= self.period_s - self.duration_s:
-                return t - into + self.period_s
-            return t
         while self._next_start_s <= t:
-            end = self._next_start_s + self.duration_s
+            end = self._next_start_s + self.duration.sample(rng)
             self._windows.append((self._next_start_s, end))
-            self._next_start_s = end + self._gap(rng)
+            self._next_start_s = end + self.gap.sample(rng)
         while self._windows and self._windows[0][1] <= send_s:
             self._windows.popleft()  # later packets arrive after this send, so never in these windows
         for start, end in self._windows:
@@ -277,8 +278,19 @@ class Stall(SingleCopyStage):
                 return end
         return t
 
-    def _gap(self, rng: np.random.Generator) -> float:
-        return rng.exponential(self.period_s - self.duration_s)
+    def _start(self, now_s: float, rng: np.random.Generator) -> None:
+        """Enter the process at a random instant of its stationary regime."""
+        self._started = True
+        if float(rng.random()) < self.stalled_fraction:
+            end = now_s + self.duration.residual(rng)
+            self._windows.append((now_s, end))
+            self._next_start_s = end + self.gap.sample(rng)
+        else:
+            self._next_start_s = now_s + self.gap.residual(rng)
+
+
+def _as_dist(value: float | dict[str, Any]) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {'dist': 'fixed', 'value': value}
 
 
 class Bandwidth(SingleCopyStage):
@@ -293,9 +305,7 @@ class Bandwidth(SingleCopyStage):
     queue_drops = True
 
     def __init__(self, rate_kbps: float, queue_packets: int) -> None:
-        self.bits_per_s = _positive(self.MODEL, "rate_kbps", rate_kbps) * 1e3
-        if isinstance(queue_packets, bool) or not isinstance(queue_packets, numbers.Integral) or queue_packets < 0:
-            raise ConfigError(f"{self.MODEL}: queue_packets must be an integer >= 0, got {queue_packets!r}")
+        self.bits_per_s = rate_kbps * 1e3
         self.queue_packets = int(queue_packets)
         self.reset()
 
@@ -322,8 +332,8 @@ class Duplicate:
     MODEL = "duplicate"
 
     def __init__(self, p: float, extra_delay_ms: float) -> None:
-        self.p = _probability(self.MODEL, "p", p)
-        self.extra_delay_s = _non_negative(self.MODEL, "extra_delay_ms", extra_delay_ms) / 1e3
+        self.p = p
+        self.extra_delay_s = extra_delay_ms / 1e3
         self._uniform = DrawBuffer(_uniforms)
 
     def reset(self) -> None:
@@ -343,27 +353,17 @@ class TraceMode(str, Enum):
 class TraceReplay(SingleCopyStage):
     """Replays recorded per-message delays and losses in order, wrapping around at the end.
 
-    'loop' starts at the first record after every reset; 'random_offset' starts at a record
-    drawn from the generator on the first packet after reset. Delays of lost records are ignored.
+    'loop' starts at the first record, 'random_offset' at a record drawn from the generator, on the
+    first packet the link carries; the position then runs on across episodes (until `reset`).
+    Delays of lost records are ignored.
     """
 
     MODEL = "trace_replay"
 
     def __init__(self, delays_ms: Sequence[float], lost: Sequence[bool] | None = None, mode: str = "loop") -> None:
-        lost = [False] * len(delays_ms) if lost is None else list(lost)
-        if len(delays_ms) == 0 or len(lost) != len(delays_ms):
-            raise ConfigError(
-                f"{self.MODEL}: delays_ms and lost must be non-empty and equal length, got {len(delays_ms)} and {len(lost)}"
-            )
-        self.lost = tuple(bool(x) for x in lost)
-        self.delays_s = tuple(
-            0.0 if gone else _non_negative(self.MODEL, f"delays_ms[{i}]", d) / 1e3
-            for i, (d, gone) in enumerate(zip(delays_ms, self.lost))
-        )
-        try:
-            self.mode = TraceMode(mode)
-        except ValueError:
-            raise ConfigError(f"{self.MODEL}: mode must be 'loop' or 'random_offset', got {mode!r}") from None
+        self.lost = tuple(bool(x) for x in lost) if lost is not None else (False,) * len(delays_ms)
+        self.delays_s = tuple(0.0 if gone else d / 1e3 for d, gone in zip(delays_ms, self.lost))
+        self.mode = TraceMode(mode)
         self._index: int | None = None
 
     def reset(self) -> None:
@@ -385,6 +385,7 @@ MODELS: dict[str, type] = {
         FixedDelay,
         GaussianDelay,
         LogNormalDelay,
+        GammaDelay,
         ParetoDelay,
         EmpiricalDelay,
         BernoulliLoss,
@@ -398,19 +399,6 @@ MODELS: dict[str, type] = {
 
 
 def build_stage(spec: dict) -> Stage:
-    """Build a stage from `{"model": name, **params}`; raise ConfigError naming any bad model or parameter."""
-    if not isinstance(spec, dict) or "model" not in spec:
-        raise ConfigError(f"stage spec must be a mapping with a 'model' key, got {spec!r}")
-    params = {k: v for k, v in spec.items() if k != "model"}
-    cls = MODELS.get(spec["model"])
-    if cls is None:
-        raise ConfigError(f"unknown model {spec['model']!r} (available: {', '.join(sorted(MODELS))})")
-    signature = inspect.signature(cls.__init__)
-    expected = [name for name in signature.parameters if name != "self"]
-    for name in params:
-        if name not in expected:
-            raise ConfigError(f"{cls.MODEL}: unknown parameter {name!r} (expected {', '.join(expected)})")
-    for name in expected:
-        if signature.parameters[name].default is inspect.Parameter.empty and name not in params:
-            raise ConfigError(f"{cls.MODEL}: missing parameter {name!r}")
-    return cls(**params)
+    """Build a stage from `{"model": name, **params}`, validated by the profile schema (one-line ConfigError)."""
+    params = check_stage(spec)
+    return MODELS[spec["model"]](**params)

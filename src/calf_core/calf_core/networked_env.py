@@ -5,6 +5,10 @@ runs). Observations travel over ``uplink``, actions over ``downlink``. The agent
 per observation delivered to it; the reward returned is the sum over the ticks that elapsed since
 the previous decision.
 
+Virtual time restarts at 0 each episode for the env (stamps, ``obs_age_ms``, E2E); the links see
+one continuous clock, episode time plus an origin that advances by each episode's length plus
+one tick, as the env node's episodes follow each other. See ``reset``.
+
 ``info['executed']`` (``uint8 [H + 1, H]``) says which plan elements ran during a step: row ``l``,
 column ``j`` is 1 if element ``j`` of the plan sent ``l`` decisions earlier in this episode (row 0:
 the plan passed to this ``step``) was applied on a tick of this step. A trainer ORs the rows into its
@@ -64,6 +68,7 @@ class NetworkedEnv(gym.Env):
         self._action_bytes = MESSAGE_OVERHEAD_BYTES + 8 * plan_horizon
         self._seed = seed
         self._seeded = False
+        self._origin_ns = 0  # the links' clock at this episode's tick 0: episode times + origin = link times
         self._events: list[_Event] = []
         self._order = itertools.count()
         self._gate = ObservationGate()
@@ -82,19 +87,25 @@ class NetworkedEnv(gym.Env):
         self.obs_lost = self.actions_lost = 0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        """Start an episode. A ``seed`` (or, on the first reset, the constructor's) reseeds the links and
-        the env; otherwise their generators continue from the previous episode."""
+        """Start an episode, one tick after the previous one ended on the links' clock.
+
+        The links are one continuous process across episodes, as the live shim's are: stall phase,
+        Gilbert-Elliott state, bandwidth queue, trace position and FIFO order run on. A ``seed`` (or,
+        on the first reset, the constructor's) reseeds the env and the links' generators
+        (``Link.reseed``); it does not restart the link process, so nothing locks to the episode start.
+        """
         super().reset(seed=seed)
-        up_rng = down_rng = None
         env_seed = None
         if seed is not None or not self._seeded:
             master = np.random.default_rng(self._seed if seed is None else seed)
             up_rng, down_rng = master.spawn(2)
             if seed is not None:
                 env_seed = int(master.integers(2**31))
+            self.uplink.reseed(up_rng)
+            self.downlink.reseed(down_rng)
             self._seeded = True
-        self.uplink.reset(up_rng)
-        self.downlink.reset(down_rng)
+        if self.stepper.episode >= 0:  # the link runs on: this episode starts one tick after the last one
+            self._origin_ns += max((self.stepper.tick_index + 1) * self._dt_ns, self._busy_until_ns)
         self._events.clear()
         self._gate = ObservationGate()
         self._waiting, self._ended = None, None
@@ -144,11 +155,12 @@ class NetworkedEnv(gym.Env):
         events, stepper, dt_ns, gate = self._events, self.stepper, self._dt_ns, self._gate
         while True:
             if emitted is not None:
-                arrivals = self.uplink.transmit(emitted.stamp_s, self._obs_bytes)
+                origin_ns = self._origin_ns
+                arrivals = self.uplink.transmit((origin_ns + round(emitted.stamp_s * 1e9)) / 1e9, self._obs_bytes)
                 if not arrivals:
                     self.obs_lost += 1
                 for arrive_s in arrivals:
-                    heappush(events, (round(arrive_s * 1e9), _OBS, next(self._order), emitted))
+                    heappush(events, (round(arrive_s * 1e9) - origin_ns, _OBS, next(self._order), emitted))
             next_tick_ns = (stepper.tick_index + 1) * dt_ns
             due = (next_tick_ns, _TICK)
             while events and events[0] < due:
@@ -189,12 +201,13 @@ class NetworkedEnv(gym.Env):
         self._decision_of[record.seq] = len(self._decision_of)
         send_ns = self._decision_ns + self._compute_ns
         self._busy_until_ns = send_ns
-        arrivals = self.downlink.transmit(send_ns / 1e9, self._action_bytes)
+        origin_ns = self._origin_ns
+        arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, self._action_bytes)
         if not arrivals:
             self.actions_lost += 1
         payload = (record.seq, record.episode, plan)
         for arrive_s in arrivals:
-            heappush(self._events, (round(arrive_s * 1e9), _ACTION, next(self._order), payload))
+            heappush(self._events, (round(arrive_s * 1e9) - origin_ns, _ACTION, next(self._order), payload))
 
     def _info(self, record: ObsRecord) -> dict:
         """This step's info; hands over the ``executed`` matrix and starts a fresh one."""

@@ -4,13 +4,15 @@ A profile file (a built-in one is ``calf_core/networks/<name>.yaml``) looks like
 
     name: wifi_normal            # optional; defaults to the file name
     description: ...             # optional
-    compute_ms: 1.0              # policy compute time assumed when sampling E2E latency
-    reorder: false               # false = FIFO: no message overtakes an earlier one
-    uplink:                      # env -> policy: a list of stage specs (see calf_core.models)
+    compute_ms: 1.0              # policy compute time (default 1.0)
+    reorder: false               # default false = FIFO; or {uplink: true, downlink: false}
+    uplink:                      # env -> policy: a list of stage specs
       - {model: lognormal_delay, median_ms: 10, sigma: 0.5}
     downlink: same               # policy -> env: 'same' or a list of stage specs
 
-Files are recognised as network profiles by their `uplink` key.
+Every key, stage and unit is in ``calf_core.profile_schema`` (``calf profile schema``), which
+validates the whole file before any link is built. Files are recognised as network profiles by
+their `uplink` key.
 """
 from __future__ import annotations
 
@@ -24,10 +26,17 @@ import numpy as np
 from calf_core.errors import ConfigError
 from calf_core.link import Link
 from calf_core.models import build_stage
+from calf_core.profile_schema import DIRECTION_KEYS, PROFILE_KEYS, check_profile_keys
 from calf_core.yaml_files import read_yaml
 
-PROFILE_KEYS = ("name", "description", "compute_ms", "reorder", "uplink", "downlink")
 NETWORKS_DIR = Path(__file__).resolve().parent / "networks"  # the built-in profiles
+
+
+class Reorder(NamedTuple):
+    """Whether each direction may reorder messages (False: FIFO)."""
+
+    uplink: bool
+    downlink: bool
 
 
 @dataclass(frozen=True)
@@ -39,32 +48,59 @@ class Profile:
     compute_ms: float  # policy compute time assumed in E2E calibration
     uplink: tuple[dict, ...]  # stage specs, env -> policy
     downlink: tuple[dict, ...]  # stage specs, policy -> env
-    reorder: bool
+    reorder: Reorder
+    defaults: tuple[str, ...] = ()  # the top-level keys the file left out (their defaults apply)
 
     def make_links(self, rng: np.random.Generator) -> tuple[Link, Link]:
         """Build fresh (uplink, downlink) links, each with its own child generator spawned from rng."""
         up_rng, down_rng = rng.spawn(2)
         return (
-            Link([build_stage(spec) for spec in self.uplink], up_rng, self.reorder),
-            Link([build_stage(spec) for spec in self.downlink], down_rng, self.reorder),
+            Link([build_stage(spec) for spec in self.uplink], up_rng, self.reorder.uplink),
+            Link([build_stage(spec) for spec in self.downlink], down_rng, self.reorder.downlink),
         )
 
 
-class E2EStats(NamedTuple):
-    """End-to-end latency (U + c + D) over delivered round trips, and loss fractions."""
+class Latency(NamedTuple):
+    """Percentiles of one E2E latency population (milliseconds) and its size."""
 
     p50_ms: float
     p95_ms: float
     mean_ms: float
+    n: int
+
+
+class E2EStats(NamedTuple):
+    """End-to-end latency (U + c + D) and loss fractions, by sampling a profile.
+
+    ``all_messages``: every observation gets an action (``compute_ms`` after it arrives): the
+    latency of every delivered round trip. ``acted_on``: the policy acts as CALF's does (only on an
+    observation newer than the last one it acted on; while computing it keeps only the newest
+    arrival): the latency of each action that reaches the env, the figure ``calf eval`` reports.
+    Under jitter and reordering the slowest observations are overtaken and never acted on, so
+    ``acted_on`` runs below ``all_messages``.
+    """
+
+    all_messages: Latency
+    acted_on: Latency
     obs_loss: float  # observations lost / observations sent
-    action_loss: float  # actions lost / actions sent
-    round_trip_loss: float  # 1 - delivered round trips / observations sent
+    action_loss: float  # actions lost / actions sent (all-messages policy)
+    round_trip_loss: float  # 1 - delivered round trips / observations sent (all-messages policy)
     n: int  # observations sent
 
+    @property
+    def p50_ms(self) -> float:
+        return self.all_messages.p50_ms
 
-def _stage_specs(name: str, direction: str, value: Any) -> tuple[dict, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"profile {name!r}: {direction} must be a list of stage specs, got {value!r}")
+    @property
+    def p95_ms(self) -> float:
+        return self.all_messages.p95_ms
+
+    @property
+    def mean_ms(self) -> float:
+        return self.all_messages.mean_ms
+
+
+def _stage_specs(name: str, direction: str, value: list) -> tuple[dict, ...]:
     specs = tuple(dict(spec) if isinstance(spec, dict) else spec for spec in value)
     for i, spec in enumerate(specs):
         try:
@@ -75,31 +111,20 @@ def _stage_specs(name: str, direction: str, value: Any) -> tuple[dict, ...]:
 
 
 def profile_from_dict(data: dict, name: str) -> Profile:
-    """Validate a parsed profile; `name` is used when the data has no `name` key."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"profile {name!r}: must be a mapping, got {data!r}")
-    for key in data:
-        if key not in PROFILE_KEYS:
-            raise ConfigError(f"profile {name!r}: unknown key {key!r} (allowed: {', '.join(PROFILE_KEYS)})")
-    name = data.get("name", name)
-    for key in ("uplink", "downlink"):
-        if key not in data:
-            raise ConfigError(f"profile {name!r}: missing key {key!r}")
-    compute_ms = data.get("compute_ms", 1.0)
-    if isinstance(compute_ms, bool) or not isinstance(compute_ms, (int, float)) or not 0.0 <= compute_ms < math.inf:
-        raise ConfigError(f"profile {name!r}: compute_ms must be a number >= 0, got {compute_ms!r}")
-    reorder = data.get("reorder", True)
-    if not isinstance(reorder, bool):
-        raise ConfigError(f"profile {name!r}: reorder must be true or false, got {reorder!r}")
-    uplink = _stage_specs(name, "uplink", data["uplink"])
-    downlink = uplink if data["downlink"] == "same" else _stage_specs(name, "downlink", data["downlink"])
+    """Validate a parsed profile against the schema; `name` is used when the data has no `name` key."""
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        name = data["name"]
+    values = check_profile_keys(data, name)
+    uplink = _stage_specs(name, "uplink", values["uplink"])
+    downlink = uplink if values["downlink"] == "same" else _stage_specs(name, "downlink", values["downlink"])
     return Profile(
         name=str(name),
-        description=str(data.get("description", "")),
-        compute_ms=float(compute_ms),
+        description=values.get("description", ""),
+        compute_ms=float(values["compute_ms"]),
         uplink=uplink,
         downlink=downlink,
-        reorder=reorder,
+        reorder=Reorder(*(values["reorder"][d] for d in DIRECTION_KEYS)),
+        defaults=tuple(key.name for key in PROFILE_KEYS if key.name not in data),
     )
 
 
@@ -125,33 +150,76 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2EStats:
-    """Send n observations dt_s apart; each delivered one gets compute_ms then the downlink.
+    """Send n observations dt_s apart through fresh links; see `E2EStats` for the two latency figures.
 
-    The latency of a round trip is the first arrival of its action minus the observation's
-    send time. Actions are sent in the order their observations arrive.
+    The latency of a round trip is the first arrival of its action minus the observation's send
+    time. The two policies run on separate pairs of links seeded alike.
     """
     if n < 1:
         raise ValueError(f"sample_e2e: n must be >= 1, got {n}")
-    uplink, downlink = profile.make_links(np.random.default_rng(seed))
     compute_s = profile.compute_ms / 1e3
-    obs_arrivals = []
-    for k in range(n):
-        arrivals = uplink.transmit(k * dt_s)
-        if arrivals:
-            obs_arrivals.append((arrivals[0], k * dt_s))
-    obs_arrivals.sort()
+    uplink, downlink = profile.make_links(np.random.default_rng(seed))
+    obs_arrivals = _uplink_arrivals(uplink, n, dt_s)
     e2e_ms = []
     for arrive_s, send_s in obs_arrivals:
         arrivals = downlink.transmit(arrive_s + compute_s)
         if arrivals:
             e2e_ms.append((arrivals[0] - send_s) * 1e3)
-    latencies = np.asarray(e2e_ms) if e2e_ms else np.array([math.nan])
+    uplink, downlink = profile.make_links(np.random.default_rng(seed))
+    acted = _acted_on_e2e_ms(_uplink_arrivals(uplink, n, dt_s), downlink, compute_s)
     return E2EStats(
-        p50_ms=float(np.percentile(latencies, 50)),
-        p95_ms=float(np.percentile(latencies, 95)),
-        mean_ms=float(latencies.mean()),
+        all_messages=_latency(e2e_ms),
+        acted_on=_latency(acted),
         obs_loss=1.0 - len(obs_arrivals) / n,
         action_loss=1.0 - len(e2e_ms) / len(obs_arrivals) if obs_arrivals else math.nan,
         round_trip_loss=1.0 - len(e2e_ms) / n,
         n=n,
     )
+
+
+def _uplink_arrivals(uplink: Link, n: int, dt_s: float) -> list[tuple[float, float]]:
+    """(first arrival, send time) of each delivered observation, in arrival order."""
+    out = []
+    for k in range(n):
+        arrivals = uplink.transmit(k * dt_s)
+        if arrivals:
+            out.append((arrivals[0], k * dt_s))
+    out.sort()
+    return out
+
+
+def _acted_on_e2e_ms(obs_arrivals: list[tuple[float, float]], downlink: Link, compute_s: float) -> list[float]:
+    """E2E of the actions a CALF policy sends: it acts only on observations newer than the last one it
+    acted on, and while computing keeps only the newest arrival (as NetworkedEnv's policy side does)."""
+    e2e_ms: list[float] = []
+    last_sent = -math.inf  # send time (= sequence order) of the newest observation acted on
+    busy_until = -math.inf
+    waiting: tuple[float, float] | None = None
+
+    def act(now_s: float, send_s: float) -> None:
+        nonlocal last_sent, busy_until
+        last_sent, busy_until = send_s, now_s + compute_s
+        arrivals = downlink.transmit(busy_until)
+        if arrivals:
+            e2e_ms.append((arrivals[0] - send_s) * 1e3)
+
+    for arrive_s, send_s in obs_arrivals:
+        if waiting is not None and busy_until <= arrive_s:  # the policy got free before this arrival
+            act(busy_until, waiting[1])
+            waiting = None
+        if send_s <= last_sent:
+            continue
+        if arrive_s < busy_until:
+            if waiting is None or send_s > waiting[1]:
+                waiting = (arrive_s, send_s)
+            continue
+        act(arrive_s, send_s)
+    if waiting is not None:
+        act(busy_until, waiting[1])
+    return e2e_ms
+
+
+def _latency(e2e_ms: list[float]) -> Latency:
+    values = np.asarray(e2e_ms) if e2e_ms else np.array([math.nan])
+    return Latency(float(np.percentile(values, 50)), float(np.percentile(values, 95)), float(values.mean()),
+                   len(e2e_ms))

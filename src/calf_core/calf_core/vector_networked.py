@@ -18,8 +18,12 @@ during the step, flat, with the env of each in ``e2e_env``. ``final_info`` adds 
 
 The links draw their random numbers in blocks from one generator per direction: a seed gives a
 deterministic run, but not NetworkedEnv's sequence, so the two agree exactly under fixed delays
-and trace replay and in distribution otherwise. Supported models: fixed, Gaussian, log-normal,
-Pareto and empirical delays, Bernoulli and Gilbert-Elliott loss, trace replay, FIFO or reordering.
+and trace replay and in distribution otherwise. As in NetworkedEnv each env's links are one
+continuous process across its episodes (Gilbert-Elliott state, trace position, FIFO order), on a
+link clock that advances by each episode's length plus one tick. Supported models: fixed,
+Gaussian, log-normal, gamma, Pareto and empirical delays, Bernoulli and Gilbert-Elliott loss,
+trace replay, FIFO or reordering per direction; a profile with a stall, bandwidth or duplicate
+stage is refused with a ConfigError naming the model.
 """
 from __future__ import annotations
 
@@ -96,19 +100,16 @@ class BatchLink:
             if not isinstance(stage, _SUPPORTED):
                 names = ', '.join(name for name, cls in MODELS.items() if issubclass(cls, _SUPPORTED))
                 raise ConfigError(f'the vector fast path does not support model {stage.MODEL!r} (supported: {names})')
-        # per-env state of stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started
+        # per-env state of stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started.
+        # It runs on across episodes, as a Link's does.
         self._states = [np.full(num_envs, -1, np.int64) for _ in self._stages]
         self._reorder = reorder
         self._last_arrive = np.full(num_envs, -np.inf)
         self._rng = np.random.default_rng()
 
-    def reset(self, idx: np.ndarray, rng: np.random.Generator | None = None) -> None:
-        """Clear the state of envs ``idx``; optionally swap the generator."""
-        for state in self._states:
-            state[idx] = -1
-        self._last_arrive[idx] = -np.inf
-        if rng is not None:
-            self._rng = rng
+    def reseed(self, rng: np.random.Generator) -> None:
+        """Draw from ``rng`` from now on; every env's link state runs on (``Link.reseed``)."""
+        self._rng = rng
 
     def send(self, idx: np.ndarray, send_s: np.ndarray) -> np.ndarray:
         """Arrival times (integer ns) of messages sent by envs ``idx`` at ``send_s``; -1 where lost."""
@@ -179,8 +180,8 @@ class VectorNetworkedCartPole(VectorEnv):
         self._start_plan = np.asarray(start_plan, dtype=np.int64)
         self._initial_action = initial_action
         self.cartpole = CartPoleBatch(num_envs)
-        self.uplink = BatchLink(profile.uplink, profile.reorder, num_envs)
-        self.downlink = BatchLink(profile.downlink, profile.reorder, num_envs)
+        self.uplink = BatchLink(profile.uplink, profile.reorder.uplink, num_envs)
+        self.downlink = BatchLink(profile.downlink, profile.reorder.downlink, num_envs)
         n, h = num_envs, plan_horizon
         self._rows = np.arange(n)
         # env side: tick, executor and episode counters
@@ -214,6 +215,8 @@ class VectorNetworkedCartPole(VectorEnv):
         self._act_key = np.full((n, 4), _EMPTY, np.int64)
         self._act_plan = np.zeros((n, 4, h), np.int64)
         self._act_decision = np.zeros((n, 4), np.int64)
+        self._origin_ns = np.zeros(n, np.int64)  # each env's link clock at its episode's tick 0
+        self._played = np.zeros(n, bool)  # the env has started an episode before
         self._seeded = False
         self._e2e: list[tuple[np.ndarray, np.ndarray]] = []
         self._final: dict[str, np.ndarray] = {}
@@ -228,8 +231,8 @@ class VectorNetworkedCartPole(VectorEnv):
                     raise ValueError(f'reset needs one seed per env ({self.num_envs}), got {len(seeds)}')
                 self.cartpole.seed(seeds)
             up_rng, down_rng = np.random.default_rng(seed).spawn(2)
-            self.uplink.reset(self._rows, up_rng)
-            self.downlink.reset(self._rows, down_rng)
+            self.uplink.reseed(up_rng)
+            self.downlink.reseed(down_rng)
             self._seeded = True
         self._e2e, self._final = [], {}
         self._reset_envs(self._rows)
@@ -409,7 +412,12 @@ class VectorNetworkedCartPole(VectorEnv):
         self._reset_envs(idx)
 
     def _reset_envs(self, idx: np.ndarray) -> None:
-        """Start new episodes in envs ``idx`` and send their observation 0 (NetworkedEnv.reset)."""
+        """Start new episodes in envs ``idx`` and send their observation 0 (NetworkedEnv.reset).
+
+        The links run on: each env's link clock advances by the episode's length plus one tick."""
+        advance = np.maximum((self._tick[idx] + 1) * self._dt_ns, self._busy_until[idx])
+        self._origin_ns[idx] += np.where(self._played[idx], advance, 0)
+        self._played[idx] = True
         obs = self.cartpole.reset(idx)
         for array, value in ((self._tick, 0), (self._plan_seq, -1), (self._plan_decision, -1),
                              (self._first_tick, -1), (self._last_action, self._initial_action), (self._reward, 0.0),
@@ -418,13 +426,13 @@ class VectorNetworkedCartPole(VectorEnv):
                              (self._decisions, 0), (self._fresh, True), (self._pending, False),
                              (self._obs_key, _EMPTY), (self._act_key, _EMPTY)):
             array[idx] = value
-        self.uplink.reset(idx)
-        self.downlink.reset(idx)
         self._send_observations(idx, np.zeros(len(idx), np.int64), obs)
 
     def _send_observations(self, idx: np.ndarray, seq: np.ndarray, obs: np.ndarray) -> None:
-        arrive_ns = self.uplink.send(idx, seq * self._dt_ns / 1e9)
+        origin = self._origin_ns[idx]
+        arrive_ns = self.uplink.send(idx, (origin + seq * self._dt_ns) / 1e9)
         lost = arrive_ns < 0
+        arrive_ns -= origin
         self._obs_lost[idx[lost]] += 1
         kept = ~lost
         self._obs_key, slot = _insert(self._obs_key, idx[kept], arrive_ns[kept] << _SEQ_BITS | seq[kept])
@@ -436,8 +444,10 @@ class VectorNetworkedCartPole(VectorEnv):
         self._decisions[idx] += 1
         send_ns = self._decision_ns[idx] + self._compute_ns
         self._busy_until[idx] = send_ns
-        arrive_ns = self.downlink.send(idx, send_ns / 1e9)
+        origin = self._origin_ns[idx]
+        arrive_ns = self.downlink.send(idx, (origin + send_ns) / 1e9)
         lost = arrive_ns < 0
+        arrive_ns -= origin
         self._actions_lost[idx[lost]] += 1
         kept = ~lost
         idx = idx[kept]

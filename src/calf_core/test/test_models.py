@@ -75,10 +75,8 @@ def test_trace_replay_random_offset_uses_rng_after_reset():
 
 
 def test_fifo_versus_reorder():
-    trace = TraceReplay([50.0, 10.0])
-    assert send_all(Link([trace], rng(), reorder=True), [0.0, 0.02]) == [[0.05], [0.03]]
-    trace.reset()
-    assert send_all(Link([trace], rng(), reorder=False), [0.0, 0.02]) == [[0.05], [0.05]]
+    assert send_all(Link([TraceReplay([50.0, 10.0])], rng(), reorder=True), [0.0, 0.02]) == [[0.05], [0.03]]
+    assert send_all(Link([TraceReplay([50.0, 10.0])], rng(), reorder=False), [0.0, 0.02]) == [[0.05], [0.05]]
 
 
 def test_bandwidth_serialisation_and_tail_drop():
@@ -90,10 +88,63 @@ def test_bandwidth_serialisation_and_tail_drop():
     assert link.transmit(0.0, 1000) == pytest.approx([0.1])
 
 
-def test_periodic_stall_holds_until_window_end():
-    link = Link([Stall(duration_ms=30.0, period_ms=100.0)], rng())  # windows [0.07, 0.1), [0.17, 0.2), ...
-    got = send_all(link, [0.0, 0.05, 0.075, 0.08, 0.1, 0.175, 0.21])
-    assert [t[0] for t in got] == pytest.approx([0.0, 0.05, 0.1, 0.1, 0.1, 0.2, 0.21])
+def stall_windows(link: Link, end_s: float, step_s: float = 0.001) -> list[tuple[float, float]]:
+    """(start, end) of the stalls a link holds packets in, probed every step_s from 0 to end_s."""
+    windows: list[tuple[float, float]] = []
+    for t in np.arange(0.0, end_s, step_s):
+        release = link.transmit(float(t))[0]
+        if release > t + 1e-12:
+            if not windows or windows[-1][1] != pytest.approx(release):
+                windows.append((float(t), release))
+    return windows
+
+
+def test_periodic_stall_holds_until_window_end_at_a_random_phase():
+    windows = stall_windows(Link([Stall(duration_ms=30.0, period_ms=100.0)], rng()), 1.0)
+    ends = np.array([end for _, end in windows])
+    assert np.diff(ends) == pytest.approx(np.full(len(ends) - 1, 0.1))  # one stall every period
+    assert [end - start for start, end in windows[1:]] == pytest.approx([0.03] * (len(windows) - 1), abs=0.0011)
+    phases = {round(stall_windows(Link([Stall(duration_ms=30.0, period_ms=100.0)], rng(seed)), 0.2)[0][1] % 0.1, 3)
+              for seed in range(8)}
+    assert len(phases) > 4  # the phase comes from the generator, not from the first packet
+
+
+@pytest.mark.parametrize("duration, gap, mean_cycle_s, stalled", [
+    ({"dist": "uniform", "low": 150, "high": 300}, {"dist": "uniform", "low": 4000, "high": 6000}, 5.225, 0.225 / 5.225),
+    ({"dist": "lognormal", "median": 200, "sigma": 0.3}, {"dist": "exponential", "mean": 2000}, 2.209, 0.209 / 2.209),
+    (200.0, {"dist": "fixed", "value": 1800}, 2.0, 0.1),
+])
+def test_stall_distributions_set_the_cycle_and_the_stalled_fraction(duration, gap, mean_cycle_s, stalled):
+    link = Link([build_stage({"model": "stall", "duration_ms": duration, "gap_ms": gap})], rng(4))
+    windows = stall_windows(link, 1500.0, 0.005)
+    starts = np.array([start for start, _ in windows])
+    assert np.mean(np.diff(starts)) == pytest.approx(mean_cycle_s, rel=0.1)
+    assert sum(end - start for start, end in windows) / 1500.0 == pytest.approx(stalled, rel=0.15)
+
+
+def test_uniform_stall_durations_stay_in_their_range():
+    stage = build_stage({"model": "stall", "duration_ms": {"dist": "uniform", "low": 150, "high": 300}, "gap_ms": 1000})
+    durations = [end - start for start, end in stall_windows(Link([stage], rng(1)), 60.0, 0.001)[1:]]
+    assert min(durations) >= 0.149 and max(durations) <= 0.301
+    assert np.std(durations) > 0.02  # not one fixed duration
+
+
+def test_gamma_delay_matches_its_moments_either_way():
+    by_moments = delays_ms(build_stage({"model": "gamma_delay", "mean_ms": 20, "std_ms": 10}), 40000)
+    by_shape = delays_ms(build_stage({"model": "gamma_delay", "shape": 4, "scale_ms": 5}), 40000, seed=1)
+    for sample in (by_moments, by_shape):
+        assert (sample.mean(), sample.std()) == pytest.approx((20.0, 10.0), rel=0.03)
+        assert stats.kstest(sample, stats.gamma(4, scale=5).cdf).pvalue > 0.001
+
+
+def test_link_state_runs_on_across_reseed_but_not_reset():
+    trace = TraceReplay([1.0, 2.0, 3.0])
+    link = Link([trace], rng())
+    assert send_all(link, [0.0, 1.0]) == [pytest.approx([0.001]), pytest.approx([1.002])]
+    link.reseed(rng(5))
+    assert link.transmit(2.0) == pytest.approx([2.003])  # the trace position runs on
+    link.reset()
+    assert link.transmit(0.0) == pytest.approx([0.001])  # a fresh process
 
 
 def test_random_stall_fraction_and_hold():
@@ -211,21 +262,35 @@ def test_gilbert_elliott_losses_are_bursty():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"model": "fixed_delay", "latency_ms": -5}, "fixed_delay: latency_ms must be >= 0, got -5"),
+        ({"model": "fixed_delay", "latency_ms": -5}, "fixed_delay: latency_ms must be in [0, 60000] ms, got -5"),
+        ({"model": "fixed_delay", "latency_ms": 1e12}, "fixed_delay: latency_ms must be in [0, 60000] ms, got 1e+12"),
         ({"model": "bernoulli_loss", "p": 1.5}, "bernoulli_loss: p must be in [0, 1], got 1.5"),
         ({"model": "gilbert_elliott", "p_good_to_bad": 0.1, "p_bad_to_good": 0.5, "loss_good": 0, "loss_bad": 2},
          "loss_bad must be in [0, 1], got 2"),
+        ({"model": "gilbert_elliott", "p_good_to_bad": 0.1, "p_bad_to_good": 0, "loss_good": 0, "loss_bad": 1},
+         "p_bad_to_good must be in (0, 1], got 0"),
         ({"model": "warp_drive"}, "unknown model 'warp_drive'"),
-        ({"model": "bandwidth", "rate_kbps": 0, "queue_packets": 10}, "bandwidth: rate_kbps must be > 0, got 0"),
-        ({"model": "bandwidth", "rate_kbps": 100, "queue_packets": -1}, "queue_packets must be an integer >= 0, got -1"),
-        ({"model": "gaussian_delay", "mean_ms": 25}, "gaussian_delay: missing parameter 'std_ms'"),
-        ({"model": "gaussian_delay", "mean_ms": 25, "std_ms": 1, "skew": 2}, "unknown parameter 'skew'"),
-        ({"model": "lognormal_delay", "median_ms": "ten", "sigma": 1}, "median_ms must be a finite number, got 'ten'"),
-        ({"model": "stall", "duration_ms": 50, "period_ms": 40}, "duration_ms must be < the period (40 ms), got 50"),
-        ({"model": "stall", "duration_ms": 5, "period_ms": 40, "rate_hz": 2}, "exactly one of period_ms or rate_hz"),
+        ({"model": "bandwidth", "rate_kbps": 0, "queue_packets": 10}, "bandwidth: rate_kbps must be in [1, 1e+08] kbit/s, got 0"),
+        ({"model": "bandwidth", "rate_kbps": 1e-300, "queue_packets": 10}, "rate_kbps must be in [1, 1e+08] kbit/s, got 1e-300"),
+        ({"model": "bandwidth", "rate_kbps": 100, "queue_packets": -1}, "queue_packets must be in [0, 100000] messages, got -1"),
+        ({"model": "bandwidth", "rate_kbps": 100, "queue_packets": 2.5}, "queue_packets must be an integer (messages), got 2.5"),
+        ({"model": "gaussian_delay", "mean_ms": 25}, "gaussian_delay: missing required key 'std_ms'"),
+        ({"model": "gaussian_delay", "mean_ms": 25, "std_ms": 1, "skew": 2}, "gaussian_delay: unknown key 'skew'"),
+        ({"model": "lognormal_delay", "median_ms": "ten", "sigma": 1}, "median_ms must be a finite number (ms), got 'ten'"),
+        ({"model": "lognormal_delay", "median_ms": 10, "sigma": 40}, "sigma must be in [0, 5], got 40"),
+        ({"model": "gamma_delay", "mean_ms": 10, "shape": 2}, "gamma_delay: give mean_ms and std_ms, or shape and scale_ms"),
+        ({"model": "stall", "duration_ms": 50, "period_ms": 40}, "the mean duration_ms must be < the period (40 ms), got 50"),
+        ({"model": "stall", "duration_ms": 5, "period_ms": 40, "rate_hz": 2}, "exactly one of gap_ms, period_ms or rate_hz"),
         ({"model": "stall", "duration_ms": 5, "period_ms": 40, "mode": "sometimes"}, "got 'sometimes'"),
+        ({"model": "stall", "duration_ms": {"dist": "uniform", "low": 300, "high": 150}, "gap_ms": 4000},
+         "stall: duration_ms: low must be < high, got 300 and 150"),
+        ({"model": "stall", "duration_ms": {"dist": "gamma", "mean": 3}, "gap_ms": 4000},
+         "stall: duration_ms: dist must be one of fixed, uniform, exponential, lognormal, got 'gamma'"),
+        ({"model": "stall", "duration_ms": {"dist": "exponential", "mean": 3, "std": 1}, "gap_ms": 4000},
+         "stall: duration_ms (exponential): unknown key 'std'"),
         ({"model": "empirical_delay", "bins_ms": [0, 5, 4], "probs": [0.5, 0.5]}, "strictly increasing, got [0, 5, 4]"),
-        ({"model": "trace_replay", "delays_ms": [1.0, -2.0]}, "delays_ms[1] must be >= 0, got -2.0"),
+        ({"model": "trace_replay", "delays_ms": [1.0, -2.0]}, "delays_ms[1] must be in [0, 60000] ms, got -2"),
+        ({"model": "trace_replay", "delays_ms": [1.0], "lost": [True, False]}, "lost must be as long as delays_ms"),
     ],
 )
 def test_invalid_parameters_raise_one_line_config_error(spec, message):

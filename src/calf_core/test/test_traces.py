@@ -198,7 +198,7 @@ def test_matcher_bounds_its_pending_messages():
 def test_trace_profile_replays_the_trace_in_order():
     rows = [up(k, 20 * k, d) for k, d in enumerate([5, None, 30, 12])] + [down(0, 0, 7)]
     profile = trace_profile(Trace.from_samples(rows), 'rec', mode='loop')
-    assert profile.uplink[0]['model'] == 'trace_replay' and profile.reorder is False
+    assert profile.uplink[0]['model'] == 'trace_replay' and profile.reorder == (False, False)
     uplink, downlink = profile.make_links(np.random.default_rng(0))
     arrivals = [uplink.transmit(0.02 * k) for k in range(5)]
     assert arrivals == [[pytest.approx(0.005)], [], [pytest.approx(0.07)], [pytest.approx(0.072)],

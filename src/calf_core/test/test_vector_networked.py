@@ -131,7 +131,7 @@ def without_stalls(name: str) -> Profile:
     """Profile ``name`` without its stall stages, which the fast path does not model."""
     profile = load_profile(name)
     up, down = ([spec for spec in specs if spec['model'] != 'stall'] for specs in (profile.uplink, profile.downlink))
-    return profile_from_dict({'compute_ms': profile.compute_ms, 'reorder': profile.reorder, 'uplink': up,
+    return profile_from_dict({'compute_ms': profile.compute_ms, 'reorder': profile.reorder._asdict(), 'uplink': up,
                               'downlink': down}, name)
 
 
