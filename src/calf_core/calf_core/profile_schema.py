@@ -41,7 +41,9 @@ class Key:
     def describe_default(self) -> str:
         if self.default is REQUIRED:
             return 'required'
-        return '-' if self.default is None else _yaml(self.default)
+        if self.default is None:
+            return '-'
+        return "''" if self.default == '' else _yaml(self.default)
 
 
 @dataclass(frozen=True)

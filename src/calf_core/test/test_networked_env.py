@@ -10,7 +10,7 @@ from calf_core.envs import make_env, make_networked_env
 from calf_core.link import Link
 from calf_core.models import BernoulliLoss, FixedDelay
 from calf_core.networked_env import NetworkedEnv
-from calf_core.profiles import load_profile
+from calf_core.profiles import Profile, load_profile, profile_from_dict
 
 DT = 0.02
 
@@ -172,3 +172,51 @@ def test_executed_mask_reports_a_plan_that_outlives_lost_successors() -> None:
     masks = [env.step(np.zeros(4, dtype=np.int64))[4]['executed'] for _ in range(4)]
     assert inner.applied[:5] == [1, 2, 1, 2, 2], 'plan 0 runs out at tick 4, then its last element is held'
     assert [list(zip(*np.nonzero(m))) for m in masks] == [[(1, 1)], [(2, 2)], [(3, 3)], []]
+
+
+def stall_profile(period_ms: float = 700.0) -> Profile:
+    return profile_from_dict({'compute_ms': 1.0, 'uplink': [
+        {'model': 'fixed_delay', 'latency_ms': 2.0},
+        {'model': 'stall', 'mode': 'periodic', 'period_ms': period_ms, 'duration_ms': 100.0}],
+        'downlink': [{'model': 'fixed_delay', 'latency_ms': 2.0}]}, 'periodic_stall')
+
+
+def first_stall_ticks(env: NetworkedEnv, episodes: int, seeded: bool) -> list[int]:
+    """Per episode, the tick of the first observation a stall held (its age above 50 ms)."""
+    out = []
+    for episode in range(episodes):
+        obs, info = env.reset(seed=episode if seeded else None)
+        first, done = None, False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(int(obs[2] + 0.5 * obs[3] > 0))
+            done = terminated or truncated
+            if first is None and not done and info['obs_age_ms'] > 50.0:
+                first = info['obs_seq']
+        out.append(first)
+    return out
+
+
+@pytest.mark.parametrize('seeded', [False, True])
+def test_a_periodic_stall_does_not_lock_to_the_episode_start(seeded: bool) -> None:
+    """The link runs on across episodes: the first stall lands at a different tick in each episode,
+    seeded or not (before, every episode stalled at the same tick)."""
+    env = make_networked_env('cartpole', stall_profile(), seed=0)
+    ticks = first_stall_ticks(env, 12, seeded)
+    assert None not in ticks and len(set(ticks)) >= 6, ticks
+    assert max(ticks) - min(ticks) >= 15, ticks  # spread over the 35-tick period
+
+
+def test_link_clock_runs_on_across_episodes() -> None:
+    """A trace keeps its position across an episode boundary and a seeded reset; the FIFO order too."""
+    profile = profile_from_dict({'compute_ms': 0.0, 'uplink': [
+        {'model': 'trace_replay', 'delays_ms': [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]}], 'downlink': []}, 'trace')
+    env = make_networked_env('cartpole', profile, seed=0, env=TickCounterEnv(3))
+    ages = []
+    for episode in range(3):
+        _, info = env.reset(seed=episode if episode == 2 else None)
+        ages.append(round(info['obs_age_ms'], 6))
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(0)
+            done = terminated or truncated
+    assert ages == [1.0, 4.0, 7.0]  # 3 observations per episode cross the link (the last one ends it)

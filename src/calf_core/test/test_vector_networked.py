@@ -176,3 +176,35 @@ def test_unsupported_models_raise_one_line_config_error() -> None:
         env.reset(seed=0)
         env.step(np.array([0, 2]))
 
+
+
+def test_links_run_on_across_autoresets() -> None:
+    """Each env's trace position carries over its episode boundaries, as NetworkedEnv's does."""
+    profile = profile_from_dict({'compute_ms': 0.0, 'uplink': [
+        {'model': 'trace_replay', 'delays_ms': [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]}], 'downlink': []}, 'trace')
+    env = VectorNetworkedCartPole(2, profile)
+    _, info = env.reset(seed=0)
+    first_ages = [info['obs_age_ms'][0]]
+    while len(first_ages) < 8:
+        _, _, terminated, truncated, info = env.step(np.zeros(2, np.int64))
+        if terminated[0] or truncated[0]:
+            first_ages.append(info['obs_age_ms'][0])
+    assert len(set(np.round(first_ages, 6))) > 3, first_ages  # a restarting trace would always give 1.0
+
+
+@pytest.mark.parametrize('model, supported', [
+    ({'model': 'gamma_delay', 'mean_ms': 20, 'std_ms': 10}, True),
+    ({'model': 'lognormal_delay', 'median_ms': 10, 'sigma': 0.5}, True),
+    ({'model': 'stall', 'duration_ms': {'dist': 'uniform', 'low': 150, 'high': 300}, 'gap_ms': 5000}, False),
+    ({'model': 'bandwidth', 'rate_kbps': 1000, 'queue_packets': 5}, False),
+    ({'model': 'duplicate', 'p': 0.1, 'extra_delay_ms': 1}, False),
+])
+def test_which_models_the_fast_path_supports(model: dict, supported: bool) -> None:
+    profile = profile_from_dict({'reorder': {'uplink': True}, 'uplink': [model], 'downlink': []}, 'one')
+    if supported:
+        env = VectorNetworkedCartPole(2, profile)
+        env.reset(seed=0)
+        assert env.step(np.zeros(2, np.int64))[0].shape == (2, 4)
+    else:
+        with pytest.raises(ConfigError, match=f"does not support model '{model['model']}'"):
+            VectorNetworkedCartPole(2, profile)
