@@ -22,12 +22,15 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from ros_helpers import new_context, spin_until
 
+from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import train_planner
 from calf_agent.regimes import train_policy
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
+from calf_bringup.ros_eval import evaluate_ros
 from calf_bringup.runner import Graph, run_graph
 from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
 from calf_msgs.msg import EpisodeResult
 from calf_ros.qos import RESULTS
 
@@ -163,6 +166,65 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])
     for q in ('p50', 'p95'):
         assert ros['e2e_latency_ms'][q] == pytest.approx(sim['e2e_latency_ms'][q], rel=0.15), (sim, ros)
+
+
+LINK_STATE_PROFILES = {
+    # a 100 ms downlink stall every 600 ms (30 ticks): every episode meets one, at a tick set by the link's
+    # phase. On the downlink, so that the env receives every held action (its QoS keeps 10) and measures the
+    # oldest one's E2E in both worlds; the policy node's depth-1 subscription would keep only the newest of
+    # the observations an uplink stall releases together.
+    'periodic_stall': {'uplink': [{'model': 'fixed_delay', 'latency_ms': 2.0}],
+                       'downlink': [{'model': 'fixed_delay', 'latency_ms': 2.0},
+                                    {'model': 'stall', 'mode': 'periodic', 'period_ms': 600.0, 'duration_ms': 100.0}]},
+    # bursts of 10 messages on average, 15 % stationary loss, each way
+    'gilbert_elliott': {'uplink': [{'model': 'fixed_delay', 'latency_ms': 2.0},
+                                   {'model': 'gilbert_elliott', 'p_good_to_bad': 0.02, 'p_bad_to_good': 0.1,
+                                    'loss_good': 0.0, 'loss_bad': 0.9}],
+                        'downlink': 'same'},
+}
+STALL_HIT_MS = 40.0  # an E2E above this under periodic_stall (5 ms without a stall) means the stall held the message
+
+
+def stall_hits(report: dict) -> list[int]:
+    """Per episode, the index (in arrival order, about the tick) of the first E2E a stall held; None if none."""
+    return [next((i for i, ms in enumerate(episode) if ms > STALL_HIT_MS), None)
+            for episode in report['episode_e2e_samples_ms']]
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.parametrize('network', sorted(LINK_STATE_PROFILES))
+def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_path: Path) -> None:
+    """The link is one continuous process in both worlds: 20 episodes per mode agree in return and,
+    under a periodic stall, in where the stall hits each episode. The sim_clean policy plays ~60-tick
+    episodes under both profiles: about 30 s of real time per live run.
+
+    Both worlds play the episodes back to back on one link (sim: one env, ``batch=1``). A stall often
+    ends an episode, so the next one starts a few ticks after a stall and meets the next one about 20
+    ticks in: the hit positions cluster there, in both worlds, without coinciding. In virtual time the
+    stall once restarted with every episode and hit all of them at the same tick (25).
+    """
+    path = tmp_path / f'{network}.yaml'
+    path.write_text(json.dumps({'name': network, **LINK_STATE_PROFILES[network]}))  # JSON is YAML
+    sim = evaluate_sim(policy, load_profile(str(path)), 20, 0, batch=1, keep_samples=True)
+    ros = evaluate_ros(policy, str(path), 20, 0, 1.0, graph='flat_desktop', keep_samples=True,
+                       domain_id=int(os.environ['ROS_DOMAIN_ID']))
+    low_sim, high_sim = confidence_interval(sim['returns'])
+    low_ros, high_ros = confidence_interval(ros['returns'])
+    assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])
+    if network == 'periodic_stall':
+        hits = {mode: [h for h in stall_hits(report) if h is not None]
+                for mode, report in (('sim', sim), ('ros', ros))}
+        for mode, positions in hits.items():
+            assert len(positions) >= 10, (mode, positions)
+        assert len(set(hits['sim'])) >= 5 and max(hits['sim']) - min(hits['sim']) >= 10, hits  # not phase-locked
+        low_sim, high_sim = confidence_interval(hits['sim'])
+        low_ros, high_ros = confidence_interval(hits['ros'])
+        assert low_sim <= high_ros and low_ros <= high_sim, hits
+    else:
+        loss = {mode: (r['obs_lost'] + r['actions_lost']) / (2 * r['mean_length'] * r['episodes'])
+                for mode, r in (('sim', sim), ('ros', ros))}
+        assert loss['sim'] == pytest.approx(loss['ros'], abs=0.08), loss
 
 
 @pytest.mark.ros

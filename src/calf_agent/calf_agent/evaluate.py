@@ -21,6 +21,7 @@ class EpisodeLog:
     lengths: list[int] = field(default_factory=list)
     successes: list[bool] = field(default_factory=list)
     e2e_ms: list[float] = field(default_factory=list)
+    episode_e2e_ms: list[list[float]] = field(default_factory=list)  # per episode, in arrival order
     obs_lost: int = 0
     actions_lost: int = 0
 
@@ -28,10 +29,11 @@ class EpisodeLog:
         self.returns.append(float(episode_return))
         self.lengths.append(int(length))
         self.successes.append(bool(success))
-        self.e2e_ms.extend(float(x) for x in e2e_ms)
+        self.episode_e2e_ms.append([float(x) for x in e2e_ms])
+        self.e2e_ms.extend(self.episode_e2e_ms[-1])
 
     def report(self, mode: str, network: str, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
-        """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample."""
+        """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample, flat and per episode."""
         e2e = np.asarray(self.e2e_ms)
         pct = (lambda q: round(float(np.percentile(e2e, q)), 3)) if e2e.size else (lambda q: None)
         return {'mode': mode, 'network': network, 'episodes': len(self.returns),
@@ -40,7 +42,8 @@ class EpisodeLog:
                 'e2e_latency_ms': {'p50': pct(50), 'p95': pct(95), 'samples': int(e2e.size)},
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
                 'returns': self.returns, **extra,
-                **({'e2e_samples_ms': self.e2e_ms} if keep_samples else {})}
+                **({'e2e_samples_ms': self.e2e_ms, 'episode_e2e_samples_ms': self.episode_e2e_ms}
+                   if keep_samples else {})}
 
 
 def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: int,
