@@ -46,6 +46,7 @@ _EMPTY = np.iinfo(np.int64).max  # a free message slot
 _SEQ_BITS = 16  # a slot's key is arrival_ns << _SEQ_BITS | seq: the earliest first, ties by sequence number
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
 _NEVER = _EMPTY >> _SEQ_BITS  # later than any event (about 39 hours of virtual time)
+_LATEST_NS = 2.0**62  # arrival times (link clock) are capped here before they become int64
 
 
 class CartPoleBatch:
@@ -123,7 +124,7 @@ class BatchLink:
         if not self._reorder:
             live, envs = np.flatnonzero(alive), idx[alive]
             arrive[live] = self._last_arrive[envs] = np.maximum(arrive[live], self._last_arrive[envs])
-        return np.where(alive, np.rint(arrive * 1e9).astype(np.int64), -1)
+        return np.where(alive, np.rint(np.minimum(arrive * 1e9, _LATEST_NS)).astype(np.int64), -1)
 
     def _apply(self, stage: Any, state: np.ndarray, envs: np.ndarray, live: np.ndarray,
                arrive: np.ndarray) -> np.ndarray:
@@ -432,7 +433,7 @@ class VectorNetworkedCartPole(VectorEnv):
         origin = self._origin_ns[idx]
         arrive_ns = self.uplink.send(idx, (origin + seq * self._dt_ns) / 1e9)
         lost = arrive_ns < 0
-        arrive_ns -= origin
+        arrive_ns = np.minimum(arrive_ns - origin, _NEVER - 1)  # a heavy tail's draw beyond 39 h: never
         self._obs_lost[idx[lost]] += 1
         kept = ~lost
         self._obs_key, slot = _insert(self._obs_key, idx[kept], arrive_ns[kept] << _SEQ_BITS | seq[kept])
@@ -447,7 +448,7 @@ class VectorNetworkedCartPole(VectorEnv):
         origin = self._origin_ns[idx]
         arrive_ns = self.downlink.send(idx, (origin + send_ns) / 1e9)
         lost = arrive_ns < 0
-        arrive_ns -= origin
+        arrive_ns = np.minimum(arrive_ns - origin, _NEVER - 1)
         self._actions_lost[idx[lost]] += 1
         kept = ~lost
         idx = idx[kept]

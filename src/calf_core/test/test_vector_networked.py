@@ -208,3 +208,13 @@ def test_which_models_the_fast_path_supports(model: dict, supported: bool) -> No
     else:
         with pytest.raises(ConfigError, match=f"does not support model '{model['model']}'"):
             VectorNetworkedCartPole(2, profile)
+
+
+def test_a_heavy_tail_beyond_the_event_horizon_is_never_delivered() -> None:
+    """A draw of years (a lognormal at the schema's largest sigma) neither overflows nor arrives."""
+    profile = profile_from_dict({'uplink': [{'model': 'lognormal_delay', 'median_ms': 60000, 'sigma': 5}],
+                                 'downlink': []}, 'tail')
+    env = VectorNetworkedCartPole(4, profile)
+    env.reset(seed=0)
+    ages = [env.step(np.zeros(4, np.int64))[4]['obs_age_ms'] for _ in range(3)]
+    assert all(np.all((a >= 0) & np.isfinite(a)) for a in ages)
