@@ -122,6 +122,20 @@ def test_stall_distributions_set_the_cycle_and_the_stalled_fraction(duration, ga
     assert sum(end - start for start, end in windows) / 1500.0 == pytest.approx(stalled, rel=0.15)
 
 
+@pytest.mark.parametrize("duration", [200.0, {"dist": "uniform", "low": 100, "high": 300},
+                                      {"dist": "lognormal", "median": 180, "sigma": 0.5}])
+def test_a_stall_process_starts_in_its_stationary_state(duration):
+    """The first packet finds the link stalled with probability mean duration / mean cycle, and a
+    held packet waits on average E[D^2] / (2 E[D]) (the equilibrium residual), not a fresh duration."""
+    spec = {"model": "stall", "duration_ms": duration, "gap_ms": {"dist": "uniform", "low": 600, "high": 1000}}
+    holds = np.array([Link([build_stage(spec)], rng(seed)).transmit(0.0)[0] for seed in range(6000)])
+    stage = build_stage(spec)
+    mean_d = stage.duration.mean
+    assert np.mean(holds > 0) == pytest.approx(mean_d / (mean_d + 0.8), abs=0.02)
+    draws = np.array([stage.duration.sample(rng(seed)) for seed in range(6000)])
+    assert np.mean(holds[holds > 0]) == pytest.approx(np.mean(draws**2) / (2 * np.mean(draws)), rel=0.08)
+
+
 def test_uniform_stall_durations_stay_in_their_range():
     stage = build_stage({"model": "stall", "duration_ms": {"dist": "uniform", "low": 150, "high": 300}, "gap_ms": 1000})
     durations = [end - start for start, end in stall_windows(Link([stage], rng(1)), 60.0, 0.001)[1:]]
