@@ -15,7 +15,7 @@ from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hier
 from calf_agent.hierarchy_train import train_hierarchy
 from calf_agent.policies import LstmAgent, MlpAgent
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.profiles import load_profile, profile_from_dict
 
 ALWAYS_RECENTER = {'angle_rad': 10.0, 'angular_velocity_rad_s': 100.0}
 ALWAYS_STABILISE = {'angle_rad': 1e-9, 'angular_velocity_rad_s': 1e-9}
@@ -84,3 +84,14 @@ def test_recurrent_policies_start_later_episodes_in_a_batch_slot(tmp_path: Path)
     save_checkpoint(tmp_path, LstmAgent(147, 7, (16,), lstm_size=8), {'env': 'minigrid'})
     report = evaluate_sim(tmp_path, load_profile('sim_clean'), episodes=2, seed=0, batch=1)
     assert report['episodes'] == 2
+
+
+def test_desktop_link_runs_on_across_episodes(tmp_path: Path) -> None:
+    """The hierarchy's shared link is one process across episodes, as NetworkedEnv's: a trace replayed on
+    the uplink carries on where the last episode left it (it restarted at its first record before)."""
+    profile = profile_from_dict({'uplink': [{'model': 'trace_replay', 'delays_ms': [10.0, 20.0, 30.0, 40.0, 50.0]}],
+                                 'downlink': []}, 'trace')
+    report = evaluate_hierarchy_sim(random_hierarchy(tmp_path, ALWAYS_RECENTER), profile, episodes=6, seed=0,
+                                    keep_samples=True)
+    first_remote = [round(next(ms for ms in episode if ms > 0.0), 3) for episode in report['episode_e2e_samples_ms']]
+    assert len(set(first_remote[1:])) > 1, first_remote  # a restarting trace gives the same one every episode
