@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
           f'{mark("reorder")} (false = FIFO)')
     for direction in ('uplink', 'downlink'):
         stages = report[direction]
-        print(f'  {direction}: ' + ('ideal (no stages)' if not stages else ''))
+        print(f'  {direction}:' + ('' if stages else ' ideal (no stages)'))
         for stage in stages:
             defaulted = set(stage['defaults_used'])
             values = [f'{k}: {_text(v)}{" (default)" if k in defaulted else ""}' for k, v in stage.items()
