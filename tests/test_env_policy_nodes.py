@@ -24,9 +24,10 @@ from ros_helpers import new_context, spin_until
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_node import PolicyNode
+from calf_core.envs import make_env
 from calf_core.errors import ConfigError
 from calf_core.timing import Verdict
-from calf_env.env_config import next_tick
+from calf_env.env_config import StartGate, next_tick
 from calf_env.env_node import EnvNode
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.qos import RESULTS, STREAM
@@ -131,6 +132,7 @@ def test_env_config_defaults_and_errors(graph: Graph) -> None:
     assert env_node(graph, 'cfg', start_plan=[0, 1]).stepper.executor.start_plan == (0, 1)
     for bad, match in [({'env': 'pong'}, 'unknown env'), ({'time_scale': 0.0}, 'time_scale'),
                        ({'episodes': -1}, 'episodes'), ({'qos_reliability': 'sometimes'}, 'reliability'),
+                       ({'policy_timeout_s': -1.0}, 'policy_timeout_s must be a number >= 0'),
                        ({'start_plan': 'left'}, 'start_plan must be a list of integer actions'),
                        ({'start_plan': [0, 5]}, r'start_plan \[0, 5\] has actions outside 0..1')]:
         with pytest.raises(ConfigError, match=match):
@@ -142,7 +144,8 @@ def test_env_and_policy_complete_episodes_and_survive_an_env_restart(graph: Grap
     policy = policy_node(graph, 'a', checkpoint)
     env = env_node(graph, 'a', episodes=3)
     assert graph.until(lambda: env.finished.is_set() and len(probe.results) == 3)
-    assert [r.episode for r in probe.results] == [0, 1, 2]
+    assert [r.seq for r in probe.results] == [0, 1, 2]
+    assert [r.episode - probe.results[0].episode for r in probe.results] == [0, 1, 2]
     assert all(r.length > 0 and r.actions_applied > 0 and r.e2e_samples_ms for r in probe.results)
     assert graph.until(lambda: any(s.delivered > 0 for s in probe.stats))
     stats = probe.stats[-1]
@@ -152,8 +155,43 @@ def test_env_and_policy_complete_episodes_and_survive_an_env_restart(graph: Grap
     probe.results.clear()
     env = env_node(graph, 'a', episodes=2)  # a restarted env counts episodes from 0 again
     assert graph.until(lambda: env.finished.is_set() and len(probe.results) == 2)
-    assert [r.episode for r in probe.results] == [0, 1]
+    assert [r.seq for r in probe.results] == [0, 1]
     assert all(r.actions_applied > 0 for r in probe.results) and policy.rejected == 0
+
+
+def test_start_gate_opens_on_the_first_action_and_times_out() -> None:
+    gate = StartGate(enabled=True, timeout_s=2.0)
+    gate.start(10.0)
+    assert not gate.open and not gate.expired(11.9) and gate.expired(12.0)
+    gate.heard(11.5)
+    assert gate.open and gate.waited_s == 1.5 and not gate.expired(20.0)
+    assert StartGate(enabled=False).open and not StartGate(enabled=True).expired(1e9)  # 0: no timeout
+
+
+def test_no_episode_counts_before_a_policy_answers(graph: Graph) -> None:
+    """Warm-up episodes (CartPole holding its initial action falls within a few dozen ticks) publish no
+    EpisodeResult; the first action opens the count, which starts with a fresh episode seeded by ``seed``."""
+    probe = graph.add(Probe(graph.context, 'g', observe=True))
+    env = env_node(graph, 'g', episodes=1, seed=5)
+    assert graph.until(lambda: len({o.episode for o in probe.observations}) >= 3)
+    assert not probe.results and not env.gate.open and env.episodes_done == 0
+    assert graph.until(lambda: linked(probe.action_pub, env))
+    warmup = probe.observations[-1].episode
+    probe.action_pub.publish(Action(episode=warmup, obs_seq=probe.observations[-1].seq, discrete=1))
+    assert graph.until(lambda: env.finished.is_set() and probe.results)
+    (result,) = probe.results
+    assert (result.seq, env.error) == (0, None) and result.episode > warmup
+    first = next(o for o in probe.observations if o.episode == result.episode)
+    seeded = make_env('cartpole').reset(seed=5)[0]
+    assert first.seq == 0 and list(first.data) == pytest.approx(seeded.tolist())
+
+
+def test_env_without_a_policy_exits_after_policy_timeout_s(graph: Graph) -> None:
+    graph.add(Probe(graph.context, 't', observe=True))
+    env = env_node(graph, 't', policy_timeout_s=0.3)
+    assert graph.until(lambda: env.finished.is_set())
+    assert env.error is not None and env.error.startswith('no action arrived on /t/action within 0.3 s')
+    assert not env.gate.open and env.episodes_done == 0
 
 
 def test_malformed_actions_are_rejected_while_the_env_keeps_ticking(graph: Graph) -> None:
@@ -229,12 +267,14 @@ def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: 
 
 
 def test_exit_codes(tmp_path: Path) -> None:
-    """The env exits 0 after its episodes; a missing or corrupt checkpoint is one line and exit code 2."""
+    """The env exits 0 after its episodes (counted from power-on with wait_for_policy off); a missing or
+    corrupt checkpoint is one line and exit code 2."""
     corrupt = tmp_path / 'corrupt'
     corrupt.mkdir()
     (corrupt / 'meta.json').write_text('{not json')
     env = start(tmp_path, 'env.log', executable('calf_env', 'env_node'), '--ros-args', '-p', 'episodes:=2',
-                '-p', 'time_scale:=4', '-p', 'wait_for_subscriber:=false', '-r', '__ns:=/e')
+                '-p', 'time_scale:=4', '-p', 'wait_for_subscriber:=false', '-p', 'wait_for_policy:=false',
+                '-r', '__ns:=/e')
     bad = [subprocess.Popen([executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={path}'],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for path in (tmp_path / 'absent', corrupt)]

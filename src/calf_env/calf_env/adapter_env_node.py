@@ -54,7 +54,7 @@ class AdapterEnvNode(EnvNode):
         obs, act = self.adapter.observation, self.adapter.action
         self._obs_type = resolve_type(obs.type_name)
         self._obs_pub = self.create_publisher(self._obs_type, obs.topic, obs.qos.profile())
-        commands = self.create_subscription(resolve_type(act.type_name), act.topic, self._on_command,
+        self._action_sub = commands = self.create_subscription(resolve_type(act.type_name), act.topic, self._on_command,
                                             act.qos.profile(),
                                             event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_lost))
         self.get_logger().info(f'{obs.type_name} on {self._obs_pub.topic_name}, {act.type_name} on '

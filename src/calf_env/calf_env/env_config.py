@@ -16,7 +16,12 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'time_scale': (1.0, 'divides dt, so that the graph runs this many times faster than real time'),
     'seed': (0, 'seed of the first episode\'s reset; later episodes continue its random stream'),
     'episodes': (0, 'episodes to run before exiting; 0 runs forever'),
-    'wait_for_subscriber': (True, 'start the first episode only once observation has a subscriber'),
+    'wait_for_subscriber': (True, 'start ticking only once observation has a subscriber'),
+    'wait_for_policy': (True, 'count no episode before a policy answers: until the first action arrives, '
+                              'tick uncounted warm-up episodes; false counts from the first tick (a robot that '
+                              'must tick from power-on)'),
+    'policy_timeout_s': (0.0, 'exit with an error when no action arrived this many seconds after the first '
+                              'observation; 0 waits forever'),
     'qos_reliability': (STREAM.reliability, 'QoS reliability of observation/action: best_effort or reliable'),
     'qos_durability': (STREAM.durability, 'QoS durability of observation/action: volatile or transient_local'),
     'qos_depth': (STREAM.depth, 'QoS history depth of observation/action'),
@@ -35,6 +40,8 @@ class EnvNodeConfig:
     seed: int
     episodes: int
     wait_for_subscriber: bool
+    wait_for_policy: bool
+    policy_timeout_s: float
     qos: QosConfig
     stats_period_s: float
     start_plan: tuple[int, ...] = ()
@@ -49,12 +56,16 @@ class EnvNodeConfig:
         """Declare every parameter on ``node`` (dt's default follows env), read and validate them once."""
         env = declare_parameters(node, {'env': ('cartpole', 'task: cartpole or minigrid')})['env']
         defaults = {**PARAMETERS, 'dt': (env_spec(env).dt, PARAMETERS['dt'][1])}
-        p = declare_parameters(node, defaults, dynamic=(*FLOATS, 'start_plan'))
+        p = declare_parameters(node, defaults, dynamic=(*FLOATS, 'start_plan', 'policy_timeout_s'))
         p['start_plan'] = parse_start_plan(p['start_plan'])
         for name in FLOATS:
             p[name] = positive_number(name, p[name])
         if p['episodes'] < 0:
             raise ConfigError(f'episodes must be >= 0, got {p["episodes"]}')
+        timeout = p['policy_timeout_s']
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ConfigError(f'policy_timeout_s must be a number >= 0 (0: wait forever), got {timeout!r}')
+        p['policy_timeout_s'] = float(timeout)
         p['qos'] = QosConfig(p.pop('qos_reliability'), p.pop('qos_durability'), p.pop('qos_depth'))
         p['qos'].profile()
         return cls(env=env, **p)
@@ -63,3 +74,32 @@ class EnvNodeConfig:
 def next_tick(k: int, elapsed_s: float, tick_s: float) -> int:
     """The tick to run after tick ``k``: ``k + 1``, or the latest deadline already passed."""
     return max(k + 1, int(elapsed_s // tick_s))
+
+
+class StartGate:
+    """Whether episodes count yet: not before a policy has been heard (its first action arrived).
+
+    Until then the env node ticks warm-up episodes, publishing observations for the policy to answer
+    but no EpisodeResult. ``enabled=False`` opens the gate from the start. Times are in seconds.
+    """
+
+    def __init__(self, enabled: bool, timeout_s: float = 0.0) -> None:
+        self.open = not enabled
+        self.timeout_s = timeout_s
+        self.waited_s = 0.0  # from start() to the first action
+        self._since: float | None = None
+
+    def start(self, now_s: float) -> None:
+        """The first observation goes out at ``now_s``: the timeout runs from here."""
+        self._since = now_s
+
+    def heard(self, now_s: float) -> None:
+        """An action arrived at ``now_s``: a policy is answering."""
+        if not self.open:
+            self.open = True
+            self.waited_s = now_s - (self._since if self._since is not None else now_s)
+
+    def expired(self, now_s: float) -> bool:
+        """Still closed ``timeout_s`` (> 0) after ``start``."""
+        return (not self.open and self.timeout_s > 0 and self._since is not None
+                and now_s - self._since >= self.timeout_s)

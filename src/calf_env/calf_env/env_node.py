@@ -1,7 +1,11 @@
 """The env node: a task ticking in real time under CALF's timing rules (``calf_core.timing.Stepper``).
 
 Publishes ``observation`` every tick, ``episode_result`` per episode and ``link_stats`` (end to end);
-applies what arrives on ``action``. Ticks run on their own thread at absolute deadlines
+applies what arrives on ``action``. No episode counts before a policy is heard (``StartGate``): until the
+first action arrives the node ticks warm-up episodes (holding its initial action or running its start
+plan) that publish observations but no EpisodeResult; then it resets with ``seed`` into episode 0 of
+the count. Its episode index in messages keeps counting from the warm-up ones; EpisodeResult.seq and
+``episodes`` count only the episodes played with a policy. Ticks run on their own thread at absolute deadlines
 ``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
 here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
 up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
@@ -27,7 +31,7 @@ from rclpy.node import Node
 from calf_core.envs import make_stepper
 from calf_core.errors import MessageError
 from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
-from calf_env.env_config import EnvNodeConfig, next_tick
+from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
 from calf_ros.node_main import run_node
@@ -47,6 +51,8 @@ class EnvNode(Node):
         self.verdicts: Counter[Verdict] = Counter()
         self.actions_received = self.rejected = self.dropped_middleware = 0
         self.episodes_done = self.missed_ticks = 0
+        self.gate = StartGate(cfg.wait_for_policy, cfg.policy_timeout_s)
+        self._counting = False  # the current episode is one of the count (it started after the gate opened)
         self._lock, self._stop = threading.Lock(), threading.Event()
         self._window: list[float] = []
         self._stats_seq = itertools.count()
@@ -63,9 +69,9 @@ class EnvNode(Node):
         self._thread.start()
 
     def _open_topics(self) -> None:
-        """The observation publisher ``_obs_pub`` and the action subscription."""
+        """The observation publisher ``_obs_pub`` and the action subscription ``_action_sub``."""
         self._obs_pub = self.create_publisher(Observation, 'observation', self.config.qos.profile())
-        self.create_subscription(Action, 'action', self._on_action, self.config.qos.profile(),
+        self._action_sub = self.create_subscription(Action, 'action', self._on_action, self.config.qos.profile(),
                                  event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_lost))
 
     def _now(self) -> tuple[int, float]:
@@ -82,6 +88,10 @@ class EnvNode(Node):
                 if self._stop.wait(0.05):
                     return
             start, k = self._now()[1], 0
+            self.gate.start(start)
+            if not self.gate.open:
+                self.get_logger().info(f'waiting for a policy: no episode counts before the first action arrives on '
+                                       f'{self._action_topic()}; meanwhile {self._meanwhile()}')
             while not self._stop.wait(max(0.0, start + k * self.config.tick_s - self._now()[1])):
                 if not self._tick():
                     return
@@ -93,16 +103,31 @@ class EnvNode(Node):
             self.finished.set()
 
     def _tick(self) -> bool:
-        """Reset or step, publish; return False once the last episode has ended."""
+        """Reset or step, publish; return False once the last episode has ended (or no policy came)."""
         ns, now = self._now()
         with self._lock:
-            if self.stepper.done:
-                record = self.stepper.reset(now, self.config.seed if self.stepper.episode < 0 else None)
+            if self.gate.expired(now):
+                self.error = (f'no action arrived on {self._action_topic()} within {self.config.policy_timeout_s:g} s: '
+                              f'start a policy in this ROS domain, or raise policy_timeout_s (0 waits forever)')
+                return False
+            first = self.gate.open and not self._counting
+            if self.stepper.done or first:
+                record = self.stepper.reset(now, self.config.seed if first else None)
+                self._counting = self.gate.open
             else:
                 record = self.stepper.tick(now)
             summary = self.stepper.finish() if self.stepper.done else None
+        if first and self.config.wait_for_policy:
+            self.get_logger().info(f'policy heard after {self.gate.waited_s:.1f} s: episode 0 of the count starts')
         self._publish_observation(record, ns)
-        return summary is None or self._end_episode(summary, ns)
+        return summary is None or not self._counting or self._end_episode(summary, ns)
+
+    def _action_topic(self) -> str:
+        return self._action_sub.topic_name
+
+    def _meanwhile(self) -> str:
+        plan = self.config.start_plan
+        return f'running the start plan {list(plan)}' if plan else 'holding the initial action'
 
     def _publish_observation(self, record: ObsRecord, ns: int) -> None:
         self._obs_pub.publish(obs_to_msg(record, ns, self.run_id))
@@ -111,7 +136,7 @@ class EnvNode(Node):
         self._result_pub.publish(summary_to_msg(summary, self.episodes_done, ns))
         self.episodes_done += 1
         self.get_logger().info(
-            f'episode {summary.episode}: return {summary.episode_return:g}, length {summary.length}, '
+            f'episode {self.episodes_done - 1}: return {summary.episode_return:g}, length {summary.length}, '
             f'e2e p50 {summary.e2e_percentile(50):.1f} ms, held {summary.ticks_held}')
         if self.config.episodes == 0 or self.episodes_done < self.config.episodes:
             return True
@@ -137,6 +162,7 @@ class EnvNode(Node):
     def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[int], now: float) -> None:
         """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``."""
         with self._lock:
+            self.gate.heard(now)
             measured = len(self.stepper.e2e_ms)
             verdict = self.stepper.on_action(obs_seq, episode, plan, now)
             self._window.extend(self.stepper.e2e_ms[measured:])
