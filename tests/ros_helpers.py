@@ -19,9 +19,10 @@ def spin_until(executor: SingleThreadedExecutor, condition: Callable[[], bool], 
     return condition()
 
 
-def new_context() -> Context:
+def new_context(domain_id: int | None = None) -> Context:
+    """A fresh rclpy context, in ``domain_id`` (None: ROS_DOMAIN_ID)."""
     context = Context()
-    rclpy.init(context=context)
+    rclpy.init(context=context, domain_id=domain_id)
     return context
 
 

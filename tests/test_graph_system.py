@@ -27,7 +27,7 @@ from calf_agent.planner import train_planner
 from calf_agent.regimes import train_policy
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
-from calf_bringup.ros_eval import evaluate_ros
+from calf_bringup.ros_eval import evaluate_ros, private_domain
 from calf_bringup.runner import Graph, run_graph
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
@@ -57,8 +57,8 @@ def planner(policy: Path) -> Path:
 class Results:
     """EpisodeResults of /calf/edge/episode_result, received on a private context."""
 
-    def __init__(self) -> None:
-        self.context = new_context()
+    def __init__(self, domain_id: int | None = None) -> None:
+        self.context = new_context(domain_id)
         self.node = rclpy.create_node('graph_test', context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
@@ -139,7 +139,8 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
 @pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded')])
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """One policy, 20 episodes per mode: returns agree and E2E p50/p95 within 15 %.
+    """One policy, 20 episodes per mode: returns agree and E2E p50/p95 within 15 %; the ros episodes
+    are the env's first 20, each played with the policy (no start-up episode before it answered).
 
     Single actions run under wifi_normal. Plans (H = 8, from the model planner, with the env's start
     plan) run under wifi_degraded, where their return depends on when each plan arrives: the same
@@ -155,10 +156,21 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     policy = request.getfixturevalue(checkpoint)
     common = ['eval', '--policy', str(policy), '--network', network, '--episodes', '20', '--seed', '0', '--json']
     reports = {}
-    for mode in ('sim', 'ros'):
-        assert cli.main([*common, '--mode', mode, '--time-scale', '1']) == 0
-        reports[mode] = json.loads(capsys.readouterr().out)
+    results = Results(private_domain())  # the env's own EpisodeResults, in calf eval's domain
+    spinner = threading.Thread(target=results.executor.spin, daemon=True)
+    spinner.start()
+    try:
+        for mode in ('sim', 'ros'):
+            assert cli.main([*common, '--mode', mode, '--time-scale', '1']) == 0
+            reports[mode] = json.loads(capsys.readouterr().out)
+    finally:
+        results.close()
+        spinner.join(timeout=5)
     sim, ros = reports['sim'], reports['ros']
+    env_results = sorted(results.received, key=lambda r: r.seq)[:20]
+    assert [r.seq for r in env_results] == list(range(20))
+    assert [r.episode_return for r in env_results] == ros['returns']
+    assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in env_results[:3]), env_results[:3]
     assert set(sim) == set(ros)
     assert (sim['mode'], ros['mode'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
     low_sim, high_sim = confidence_interval(sim['returns'])

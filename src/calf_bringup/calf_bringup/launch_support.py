@@ -1,13 +1,19 @@
 """Launch actions from graph descriptions: the one body of every launch file in ``launch/``.
 
 Only the launch files import this module, so it may import ``launch`` and ``launch_ros``, which
-exist on a full ROS 2 install only.
+exist on a full ROS 2 install only (or from the launch bundle, see the README).
+
+A launch ends when its work ends: when any node exits on its own, the launch logs which one and
+with what code, and shuts the others down. A node that finished (the env node after ``episodes:=N``)
+ends the launch with exit code 0; a node that failed (exit code other than 0, e.g. a bad
+checkpoint at start-up) ends it with exit code 1, after the node's own error line.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, SetEnvironmentVariable, Shutdown
+from launch.events.process import ProcessExited
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
@@ -15,6 +21,10 @@ from calf_bringup.graph import NodeSpec
 from launch import LaunchContext, LaunchDescription
 
 LaunchArguments = tuple[tuple[str, str, str], ...]
+
+
+class NodeFailed(RuntimeError):
+    """A node of the launch exited with an error code: raised so that ``ros2 launch`` exits with 1."""
 
 
 def launch_description(arguments: LaunchArguments,
@@ -27,8 +37,23 @@ def launch_description(arguments: LaunchArguments,
         actions: list = [SetEnvironmentVariable('ROS_DOMAIN_ID', domain)] if domain else []
         return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
                                namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
-                               additional_env=spec.additional_env, output='screen') for spec in specs_for(values)]
+                               additional_env=spec.additional_env, output='screen', on_exit=_on_exit(spec.name))
+                          for spec in specs_for(values)]
 
     declared = [DeclareLaunchArgument(name, default_value=default, description=text)
                 for name, default, text in arguments]
     return LaunchDescription([*declared, OpaqueFunction(function=nodes)])
+
+
+def _on_exit(name: str) -> Callable[[ProcessExited, LaunchContext], list | None]:
+    """What happens when node ``name`` exits: nothing while the launch is shutting down, else a shutdown."""
+
+    def handler(event: ProcessExited, context: LaunchContext) -> list | None:
+        if context.is_shutdown:
+            return None
+        if event.returncode != 0:
+            raise NodeFailed(f'{name} exited with code {event.returncode} (its error is above): stopping the launch')
+        return [LogInfo(msg=f'{name} finished (exit code 0): stopping the launch'),
+                Shutdown(reason=f'{name} finished')]
+
+    return handler

@@ -4,14 +4,14 @@ The env node, the shim and the policy node run as separate processes (``runner.G
 process listens on a private rclpy Context to ``/calf/edge/episode_result`` and
 ``/calf/shim/link_stats`` and turns them into the same report as ``--mode sim``.
 
-DDS discovery gives no order: the env node starts ticking once the shim subscribes, which can be
-seconds before the shim and the policy node have matched each other. So the env node runs until
-stopped, and the evaluation counts the ``episodes`` episodes that follow the first episode in which
-an action reached the env: from then on the loop is complete. Which episodes those are depends on
-discovery, so unlike sim mode a ros evaluation does not replay the same episodes for a seed.
+DDS discovery gives no order, but the env node counts no episode before a policy answers (its start
+gate): it ticks uncounted warm-up episodes until the first action arrives, then starts episode 0 of
+the count with a reset seeded by ``seed``. So the evaluation counts the env's first ``episodes``
+EpisodeResults, and replays the same initial states for a seed.
 
 Losses are the shim's counters over the counted episodes, read from LinkStats published every
-``STATS_PERIOD_S`` (exact to within one period at each end); 0 for ``flat_edge``, which has no shim.
+``STATS_PERIOD_S`` (exact to within one period at each end, the start being when the env's own
+LinkStats first report an action); 0 for ``flat_edge``, which has no shim.
 
 ``graph`` places the policy (``calf_bringup.graph``). For ``hierarchical`` the loop is complete
 only once every sub-policy has been heard on ``/calf/edge/candidates``, so counting starts after
@@ -47,8 +47,9 @@ from calf_ros.qos import RESULTS, STREAM
 
 RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
 SHIM_STATS_TOPIC = f'{NAMESPACE}/shim/link_stats'
+ENV_STATS_TOPIC = f'{NAMESPACE}/edge/link_stats'
 STARTUP_TIMEOUT_S = 60.0  # until an action reaches the env: processes start, torch loads, DDS discovers
-STATS_PERIOD_S = 0.05  # the shim's LinkStats period during an evaluation
+STATS_PERIOD_S = 0.05  # the shim's and the env's LinkStats period during an evaluation
 DIRECTIONS = (LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)
 
 
@@ -58,11 +59,14 @@ class _Listener:
     def __init__(self, node: Node, sources: tuple[str, ...] = ()) -> None:
         self.results: dict[int, EpisodeResult] = {}
         self.shim_stats: dict[int, LinkStats] = {}
+        self.counting = False  # the env's LinkStats reported a received action: its start gate is open
+        self.sources = sources
         self.unheard = set(sources)
         self.ready_episode: int | None = None if sources else 0  # env episode when every source was heard
         self.applied: Counter[tuple[int, str]] = Counter()  # (env episode, source) of the actions sent to the env
         node.create_subscription(EpisodeResult, RESULT_TOPIC, self._on_result, RESULTS)
         node.create_subscription(LinkStats, SHIM_STATS_TOPIC, self._on_stats, RESULTS)
+        node.create_subscription(LinkStats, ENV_STATS_TOPIC, self._on_env_stats, RESULTS)
         if sources:
             node.create_subscription(Action, CANDIDATES, self._on_candidate, STREAM.profile())
             node.create_subscription(Action, EDGE['action'], self._on_applied, STREAM.profile())
@@ -92,12 +96,19 @@ class _Listener:
     def _on_stats(self, msg: LinkStats) -> None:
         self.shim_stats[msg.direction] = msg
 
-    def first_live(self) -> int | None:
-        """The seq of the first episode in which an action reached the env with every source heard (None before)."""
-        if self.ready_episode is None:
+    def _on_env_stats(self, msg: LinkStats) -> None:
+        self.counting = self.counting or msg.received > 0
+
+    def first_counted(self) -> int | None:
+        """The seq of the first episode to count (None until known): 0 once the env counts; for a
+        hierarchy, the one after the first episode in which an action reached the env with every source heard."""
+        if not self.counting or self.ready_episode is None:
             return None
-        return min((seq for seq, result in self.results.items()
+        if not self.sources:
+            return 0
+        live = min((seq for seq, result in self.results.items()
                     if result.actions_applied > 0 and result.episode >= self.ready_episode), default=None)
+        return None if live is None else live + 1
 
     def has(self, seqs: range) -> bool:
         return all(seq in self.results for seq in seqs)
@@ -137,11 +148,11 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     hierarchy = load_hierarchy(policy_dir) if graph == 'hierarchical' else None
     sources = hierarchy.sources if hierarchy else ()
     env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']
-    specs = [spec._replace(parameters={**spec.parameters, 'stats_period_s': STATS_PERIOD_S}) if spec.name == 'shim'
-             else spec for spec in build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env,
+    specs = [spec._replace(parameters={**spec.parameters, 'stats_period_s': STATS_PERIOD_S})
+             if spec.name in ('shim', 'env') else spec for spec in build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env,
                                                seed=seed, time_scale=time_scale, graph=graph)]
     with_shim = any(spec.name == 'shim' for spec in specs)
-    domain = domain_id if domain_id is not None else 1 + os.getpid() % 100
+    domain = domain_id if domain_id is not None else private_domain()
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node(f'calf_eval_{os.getpid()}', namespace=NAMESPACE, context=context)
@@ -151,8 +162,9 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         listener = _Listener(node, sources)
         with Graph(specs, domain_id=domain, output=output) as nodes:
             spin = partial(_spin, executor, nodes)
-            spin(lambda: listener.first_live() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
-            counted = range(listener.first_live() + 1, listener.first_live() + 1 + episodes)
+            spin(lambda: listener.first_counted() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
+            first = listener.first_counted()
+            counted = range(first, first + episodes)
             before = _fresh_counters(spin, listener) if with_shim else dict.fromkeys(DIRECTIONS, 0)
             spin(lambda: listener.has(counted), evaluation_timeout_s(env, episodes, time_scale),
                  f'{episodes} episodes')
@@ -171,6 +183,11 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def private_domain() -> int:
+    """The ROS domain of an evaluation by default: derived from this process's id."""
+    return 1 + os.getpid() % 100
 
 
 def _fresh_counters(spin: Callable[..., None], listener: _Listener) -> dict[int, int]:
