@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bootstrap
+.PHONY: demo test lint bootstrap launch-tools
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -15,3 +15,10 @@ test: bootstrap
 
 lint: bootstrap
 	@. ./env.sh && ruff check .
+
+# ros2 launch on a machine without ROS: install the launch bundle (wheels of launch, launch_ros, ros2launch,
+# ros2cli and the composition_interfaces source, with its install.sh) into .venv; env.sh then sources its overlay.
+launch-tools: bootstrap
+	@test -x "$(LAUNCH_BUNDLE)/install.sh" || { echo "make launch-tools: pass LAUNCH_BUNDLE=DIR, the ROS 2 launch bundle holding install.sh" >&2; exit 2; }
+	@"$(LAUNCH_BUNDLE)/install.sh" .venv "$(CURDIR)/build/launch_overlay" >/dev/null
+	@echo "ros2 launch is installed: source env.sh again"

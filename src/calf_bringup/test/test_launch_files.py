@@ -1,7 +1,8 @@
 """The launch files: each one builds its mode's graph through calf_bringup.graph.
 
 The structural checks always run. Loading the files through the real launch API runs only where
-``launch`` and ``launch_ros`` import (a full ROS 2 install); the PyPI wheels used in CI lack them.
+``launch`` and ``launch_ros`` import (a ROS 2 install, or the launch bundle: ``make launch-tools``);
+the PyPI wheels lack them. tests/test_launch_system.py runs the files with ``ros2 launch``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from calf_bringup.graph import (
     build_graph,
     graph_from_launch,
 )
+from calf_bringup.launch_tools import missing_launch_tools
 from calf_core.errors import ConfigError
 
 LAUNCH_DIR = Path(__file__).resolve().parents[3] / 'launch'
@@ -66,13 +68,10 @@ def test_launch_arguments_cover_the_issue_contract() -> None:
 
 
 def _skip_without_launch() -> None:
-    """Skip unless the real launch API imports (the repo's own launch/ directory is no such package)."""
-    try:
-        from launch_ros.actions import Node  # noqa: F401
-
-        from launch import LaunchDescription  # noqa: F401
-    except ImportError:
-        pytest.skip('launch / launch_ros are not installed: they have no PyPI wheel and need a ROS 2 install')
+    """Skip unless the real launch API imports, naming what is missing."""
+    missing = missing_launch_tools()
+    if missing:
+        pytest.skip(missing)
 
 
 def _load(path: Path) -> ModuleType:
