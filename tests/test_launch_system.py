@@ -1,0 +1,189 @@
+"""``ros2 launch`` for real: each launch file runs as a user runs it, in this test run's private domain.
+
+A launch of ``episodes:=3`` must deliver three EpisodeResults with real actions, exit by itself with
+code 0 and leave no node behind (its nodes share the launch's session, which is checked for
+survivors). The policy is a freshly initialised agent: these tests are about the launch, not about
+learning. Skipped, naming what is missing, where ``ros2 launch`` is not installed (README: launch bundle).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import rclpy
+import torch
+from rclpy.executors import SingleThreadedExecutor
+from ros_helpers import new_context, spin_until
+from std_msgs.msg import String
+
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
+from calf_bringup.launch_tools import missing_launch_tools
+from calf_msgs.msg import EpisodeResult
+from calf_ros.qos import RESULTS
+
+MISSING = missing_launch_tools(command=True)
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
+SCALE = '4'
+TIMEOUT_S = 90.0
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    return save_checkpoint(tmp_path_factory.mktemp('ckpt') / 'cartpole', MlpAgent(4, 2),
+                           {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0}})
+
+
+class Listener:
+    """A node on a private context that receives EpisodeResults; ``until`` spins it while waiting."""
+
+    def __init__(self) -> None:
+        self.context = new_context()
+        self.node = rclpy.create_node('launch_test', context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.results: list[EpisodeResult] = []
+        self.node.create_subscription(EpisodeResult, '/calf/edge/episode_result', self.results.append, RESULTS)
+
+    def until(self, condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
+        return spin_until(self.executor, condition, timeout_s)
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+class Launch:
+    """``ros2 launch calf_bringup FILE ARG:=VALUE ...`` in its own session, in this test's domain."""
+
+    def __init__(self, tmp_path: Path, launch_file: str, **arguments: str) -> None:
+        domain = os.environ['ROS_DOMAIN_ID']
+        argv = ['ros2', 'launch', 'calf_bringup', launch_file, f'domain_id:={domain}', 'discovery:=localhost',
+                *(f'{name}:={value}' for name, value in arguments.items())]
+        self.log = tmp_path / f'{launch_file}.{len(list(tmp_path.glob("*.log")))}.log'
+        with self.log.open('w') as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+
+    def wait(self, timeout_s: float = TIMEOUT_S) -> int:
+        """Its exit code; on a timeout the whole session is killed and the test fails with the output."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f'{self.log.name} did not exit within {timeout_s:g} s:\n{self.output()}')
+
+    def interrupt(self) -> int:
+        """Ctrl-C, as in a terminal; its exit code."""
+        self.process.send_signal(signal.SIGINT)
+        return self.wait(30.0)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def survivors(self) -> list[str]:
+        """Command lines of processes still in the launch's session."""
+        found = []
+        for stat in Path('/proc').glob('[0-9]*/stat'):
+            try:
+                fields = stat.read_text().rsplit(')', 1)[1].split()
+                if int(fields[3]) == self.process.pid:
+                    found.append((stat.parent / 'cmdline').read_text().replace('\0', ' '))
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+@pytest.fixture
+def launches() -> Iterator[list[Launch]]:
+    started: list[Launch] = []
+    yield started
+    for launch in started:
+        if launch.process.poll() is None or launch.survivors():
+            launch.kill()
+
+
+def assert_three_driven_episodes(listener: Listener, launch: Launch) -> None:
+    assert listener.until(lambda: len(listener.results) >= 3, 10.0), launch.output()
+    assert [r.seq for r in listener.results] == [0, 1, 2]
+    assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in listener.results), listener.results
+
+
+def test_sim_net_launch_plays_its_episodes_and_exits_by_itself(checkpoint: Path, tmp_path: Path,
+                                                              launches: list[Launch]) -> None:
+    with Listener() as listener:
+        launches.append(launch := Launch(tmp_path, 'sim_net.launch.py', policy=str(checkpoint),
+                                         network='wifi_normal', episodes='3', time_scale=SCALE))
+        assert listener.until(lambda: launch.process.poll() is not None), launch.output()
+        assert launch.wait() == 0, launch.output()
+        assert_three_driven_episodes(listener, launch)
+    out = launch.output()
+    assert 'waiting for a policy' in out and 'env finished (exit code 0): stopping the launch' in out
+    assert launch.survivors() == []
+
+
+def test_edge_and_desktop_launches_find_each_other(checkpoint: Path, tmp_path: Path,
+                                                   launches: list[Launch]) -> None:
+    """The edge launch (env + shim) ends after its episodes; the desktop one (policy) serves until Ctrl-C."""
+    with Listener() as listener:
+        common = {'network': 'delay_only', 'time_scale': SCALE}
+        launches.append(edge := Launch(tmp_path, 'edge_sim.launch.py', role='edge', episodes='3', **common))
+        launches.append(desktop := Launch(tmp_path, 'edge_sim.launch.py', role='desktop',
+                                          policy=str(checkpoint), **common))
+        assert listener.until(lambda: edge.process.poll() is not None), edge.output() + desktop.output()
+        assert edge.wait() == 0, edge.output() + desktop.output()
+        assert_three_driven_episodes(listener, edge)
+    assert desktop.process.poll() is None, desktop.output()
+    assert desktop.interrupt() == 0, desktop.output()
+    assert edge.survivors() == [] and desktop.survivors() == []
+    assert 'policy heard after' in edge.output() and '[policy_node-1]' in desktop.output()
+
+
+def test_impair_launch_relays_a_configured_topic(tmp_path: Path, launches: list[Launch]) -> None:
+    config = tmp_path / 'relay.yaml'
+    config.write_text('- {in_topic: /chatter_raw, out_topic: /chatter, type: std_msgs/msg/String, '
+                      'direction: uplink, profile: delay_only}\n')
+    with Listener() as listener:
+        received: list[String] = []
+        listener.node.create_subscription(String, '/chatter', received.append, 10)
+        publisher = listener.node.create_publisher(String, '/chatter_raw', 10)
+        sent = iter(range(10**6))
+        listener.node.create_timer(0.05, lambda: publisher.publish(String(data=f'hello {next(sent)}')))
+        launches.append(launch := Launch(tmp_path, 'impair.launch.py', config=str(config), time_scale=SCALE))
+        assert listener.until(lambda: len(received) >= 3, 60.0), launch.output()
+        assert all(msg.data.startswith('hello ') for msg in received)
+        assert launch.process.poll() is None, launch.output()
+        assert launch.interrupt() == 0, launch.output()
+    assert launch.survivors() == []
+
+
+def test_impair_launch_without_config_names_the_launch_argument(tmp_path: Path, launches: list[Launch]) -> None:
+    launches.append(launch := Launch(tmp_path, 'impair.launch.py'))
+    assert launch.wait() == 1
+    assert 'impair needs a relay config: pass config:=FILE.yaml' in launch.output()
+
+
+def test_a_node_failing_at_start_up_ends_the_launch_naming_it(tmp_path: Path, launches: list[Launch]) -> None:
+    launches.append(launch := Launch(tmp_path, 'sim_net.launch.py', policy=str(tmp_path / 'absent'),
+                                     time_scale=SCALE))
+    assert launch.wait() == 1
+    out = launch.output()
+    assert 'policy_node: error: no checkpoint at' in out
+    assert 'policy exited with code 2 (its error is above): stopping the launch' in out
+    assert launch.survivors() == []
