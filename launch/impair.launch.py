@@ -17,10 +17,11 @@ launch system is not installed.
 
 from __future__ import annotations
 
-from calf_bringup.graph import IMPAIR_LAUNCH_ARGUMENTS, impair_from_launch
 from calf_bringup.launch_support import launch_description
 from launch import LaunchDescription
 
+MODE = 'impair'
+
 
 def generate_launch_description() -> LaunchDescription:
-    return launch_description(IMPAIR_LAUNCH_ARGUMENTS, impair_from_launch)
+    return launch_description(MODE)

@@ -8,7 +8,6 @@ where the launch system is not installed. ``network`` must stay sim_clean here.
 
 from __future__ import annotations
 
-from calf_bringup.graph import LAUNCH_ARGUMENTS, graph_from_launch
 from calf_bringup.launch_support import launch_description
 from launch import LaunchDescription
 
@@ -16,4 +15,4 @@ MODE = 'local_sim'
 
 
 def generate_launch_description() -> LaunchDescription:
-    return launch_description(LAUNCH_ARGUMENTS, lambda values: graph_from_launch(MODE, values))
+    return launch_description(MODE)

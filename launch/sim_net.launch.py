@@ -8,7 +8,6 @@ where the launch system is not installed.
 
 from __future__ import annotations
 
-from calf_bringup.graph import LAUNCH_ARGUMENTS, graph_from_launch
 from calf_bringup.launch_support import launch_description
 from launch import LaunchDescription
 
@@ -16,4 +15,4 @@ MODE = 'sim_net'
 
 
 def generate_launch_description() -> LaunchDescription:
-    return launch_description(LAUNCH_ARGUMENTS, lambda values: graph_from_launch(MODE, values))
+    return launch_description(MODE)

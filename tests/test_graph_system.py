@@ -28,6 +28,7 @@ from calf_agent.regimes import train_policy
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.ros_eval import evaluate_ros, private_domain
+from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph, run_graph
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
@@ -106,7 +107,7 @@ def assert_all_stopped(graphs: list[Graph], names: list[str]) -> None:
                                                   ('sim_net', 'wifi_normal', ['env', 'shim', 'policy'])])
 def test_one_machine_modes_complete_cartpole_episodes(policy: Path, mode: str, network: str,
                                                       names: list[str]) -> None:
-    specs = build_graph(mode, network=network, policy=policy, time_scale=SCALE)
+    specs = build_graph(RunOptions.of(mode, network=network, policy=policy, time_scale=SCALE))
     result, graphs = play_one_live_episode(specs)
     assert result.length >= 8 and result.episode_return == result.length
     assert len(result.e2e_samples_ms) == result.actions_applied > 0
@@ -115,8 +116,9 @@ def test_one_machine_modes_complete_cartpole_episodes(policy: Path, mode: str, n
 
 @pytest.mark.ros
 def test_edge_sim_roles_started_separately_find_each_other(policy: Path) -> None:
-    edge = build_graph('edge_sim', 'edge', network='delay_only', time_scale=SCALE)
-    desktop = build_graph('edge_sim', 'desktop', network='delay_only', policy=policy, time_scale=SCALE)
+    edge = build_graph(RunOptions.of('edge_sim', role='edge', network='delay_only', time_scale=SCALE))
+    desktop = build_graph(RunOptions.of('edge_sim', role='desktop', network='delay_only', policy=policy,
+                                        time_scale=SCALE))
     result, graphs = play_one_live_episode(edge, desktop)
     assert len(result.e2e_samples_ms) == result.actions_applied > 0
     e2e_profile_ms = np.asarray(result.e2e_samples_ms) * SCALE
@@ -131,6 +133,7 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
     done = subprocess.run(argv, capture_output=True, text=True, timeout=LIVE_TIMEOUT_S, env=os.environ.copy())
     assert done.returncode == 0, done.stdout + done.stderr
     assert '[env] ' in done.stdout and '[policy] ' in done.stdout
+    assert '[calf] env finished: stopping the other nodes' in done.stdout
     assert '[calf] env exited with code 0' in done.stdout
     assert '[calf] policy stopped with code' in done.stdout
 
@@ -322,9 +325,10 @@ def test_graph_kills_a_node_that_ignores_sigint(tmp_path: Path) -> None:
 def test_run_graph_stops_all_when_one_node_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr('calf_bringup.runner._install_root', lambda package: tmp_path)
     sink = LineSink()
-    code = run_graph([stand_in(tmp_path, 'ok', FOREVER), stand_in(tmp_path, 'bad', 'raise SystemExit(3)')],
+    code = run_graph([stand_in(tmp_path, 'ok', FOREVER), stand_in(tmp_path, 'bad', 'print("boom"); raise SystemExit(3)')],
                      output=sink)
     assert code == 1
+    assert '[calf] bad failed with code 3 (boom): stopping the other nodes' in sink.lines
     assert '[calf] bad exited with code 3' in sink.lines
     assert any(line.startswith('[calf] ok stopped with code') for line in sink.lines)  # maybe while starting up
 

@@ -22,6 +22,7 @@ from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hier
 from calf_agent.policies import MlpAgent
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
+from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph
 from calf_core.errors import ConfigError
 from calf_msgs.msg import Action, EpisodeResult
@@ -53,7 +54,8 @@ def sub_policy(root: Path, name: str, topics: list[tuple[str, str]], role: str) 
 
 def test_hierarchical_nodes_and_topics(hierarchy: Path) -> None:
     root = hierarchy.resolve()
-    assert build_graph('sim_net', network='wifi_normal', policy=hierarchy, time_scale=2, graph='hierarchical') == [
+    assert build_graph(RunOptions.of('sim_net', network='wifi_normal', policy=hierarchy, time_scale=2.0,
+                                       placement='hierarchical')) == [
         NodeSpec('calf_env', 'env_node', 'env', '/calf',
                  {'env': 'cartpole', 'seed': 0, 'time_scale': 2.0, 'episodes': 0}, ENV_REMAPS, 'edge', {}),
         NodeSpec('calf_shim', 'shim_node', 'shim', '/calf', {'network': 'wifi_normal', 'seed': 0, 'time_scale': 2.0},
@@ -70,33 +72,36 @@ def test_hierarchical_nodes_and_topics(hierarchy: Path) -> None:
 
 def test_roles_split_the_hierarchy_between_edge_and_desktop(hierarchy: Path) -> None:
     def names(mode: str, role: str, network: str = 'wifi_normal') -> list[str]:
-        return [n.name for n in build_graph(mode, role, network, policy=hierarchy, graph='hierarchical')]
+        return [n.name for n in build_graph(RunOptions.of(mode, role=role, network=network, policy=hierarchy,
+                                                                  placement='hierarchical'))]
 
     assert names('edge_sim', 'edge') == ['env', 'shim', 'arbiter', 'stabilise']
     assert names('edge_sim', 'desktop') == ['recenter']
-    local = build_graph('local_sim', policy=hierarchy, graph='hierarchical')
+    local = build_graph(RunOptions.of('local_sim', policy=hierarchy, placement='hierarchical'))
     assert [n.name for n in local] == ['env', 'arbiter', 'stabilise', 'recenter']
     assert local[-1].remappings == [('observation', '/calf/edge/observation'), ('action', '/calf/edge/candidates')]
 
 
 def test_flat_edge_runs_the_policy_beside_the_env_without_a_shim() -> None:
-    nodes = build_graph('sim_net', network='wifi_normal', policy='/ckpt', graph='flat_edge')
+    nodes = build_graph(RunOptions.of('sim_net', network='wifi_normal', policy='/ckpt', placement='flat_edge'))
     assert [(n.name, n.role) for n in nodes] == [('env', 'edge'), ('policy', 'edge')]
     assert nodes[1].remappings == [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action')]
-    assert [n.name for n in build_graph('edge_sim', 'edge', 'wifi_normal', '/ckpt', graph='flat_edge')] == \
+    assert [n.name for n in build_graph(RunOptions.of('edge_sim', role='edge', network='wifi_normal', policy='/ckpt',
+                                                         placement='flat_edge'))] == \
         ['env', 'policy']
-    assert build_graph('edge_sim', 'desktop', 'wifi_normal', '/ckpt', graph='flat_edge') == []
+    assert build_graph(RunOptions.of('edge_sim', role='desktop', network='wifi_normal', policy='/ckpt',
+                                  placement='flat_edge')) == []
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    ({'graph': 'tree'}, "unknown graph 'tree': choose one of flat_desktop, flat_edge, hierarchical"),
-    ({'graph': 'hierarchical', 'policy': None}, 'the hierarchical graph needs a hierarchy'),
-    ({'graph': 'hierarchical', 'policy': '/nowhere'}, 'no hierarchy.json at /nowhere'),
-    ({'graph': 'hierarchical', 'env': 'minigrid'}, 'is for cartpole, not minigrid'),
+    ({'placement': 'tree'}, r"unknown placement 'tree' \(--placement\): choose one of flat_desktop, flat_edge, hier"),
+    ({'placement': 'hierarchical', 'policy': None}, 'the hierarchical placement needs a hierarchy: pass --policy'),
+    ({'placement': 'hierarchical', 'policy': '/nowhere'}, 'no hierarchy.json at /nowhere'),
+    ({'placement': 'hierarchical', 'env': 'minigrid'}, 'is for cartpole, not minigrid: pass --env cartpole'),
 ])
 def test_invalid_hierarchical_graphs_are_config_errors(hierarchy: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        build_graph('sim_net', **{'policy': hierarchy, **kwargs})
+        build_graph(RunOptions.of('sim_net', **{'policy': hierarchy, **kwargs}))
 
 
 def test_hierarchy_json_round_trips(hierarchy: Path) -> None:
@@ -156,7 +161,8 @@ class Lines:
 
 @pytest.mark.ros
 def test_live_hierarchy_plays_episodes_and_falls_back_when_the_remote_sub_policy_dies(hierarchy: Path) -> None:
-    specs = build_graph('sim_net', network='delay_only', policy=hierarchy, time_scale=SCALE, graph='hierarchical')
+    specs = build_graph(RunOptions.of('sim_net', network='delay_only', policy=hierarchy, time_scale=SCALE,
+                                       placement='hierarchical'))
     edge = [spec for spec in specs if spec.name != 'recenter']
     desktop = [spec for spec in specs if spec.name == 'recenter']
     probe, out = Probe(), Lines()

@@ -17,28 +17,30 @@ from launch.events.process import ProcessExited
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from calf_bringup.graph import NodeSpec
+from calf_bringup.graph import build_graph
+from calf_bringup.run_options import IMPAIR, NODES, SHIM, RunOptions, launch_arguments
 from launch import LaunchContext, LaunchDescription
-
-LaunchArguments = tuple[tuple[str, str, str], ...]
 
 
 class NodeFailed(RuntimeError):
     """A node of the launch exited with an error code: raised so that ``ros2 launch`` exits with 1."""
 
 
-def launch_description(arguments: LaunchArguments,
-                       specs_for: Callable[[dict[str, str]], list[NodeSpec]]) -> LaunchDescription:
-    """Declare ``arguments``; at launch, start ``specs_for(values)``, after ROS_DOMAIN_ID when one is given."""
+def launch_description(mode: str) -> LaunchDescription:
+    """Declare the run options of ``mode`` as arguments; at launch, start its graph (``build_graph``),
+    after ROS_DOMAIN_ID when one is given, with a warning for each deprecated argument used."""
+    arguments = launch_arguments(SHIM if mode == IMPAIR else NODES)
 
     def nodes(context: LaunchContext) -> list:
         values = {name: LaunchConfiguration(name).perform(context) for name, _, _ in arguments}
-        domain = values.get('domain_id')
-        actions: list = [SetEnvironmentVariable('ROS_DOMAIN_ID', domain)] if domain else []
+        options = RunOptions.from_text(mode, values)
+        actions: list = [LogInfo(msg=f'warning: {note}') for note in options.warnings]
+        if options.domain_id is not None:
+            actions.append(SetEnvironmentVariable('ROS_DOMAIN_ID', str(options.domain_id)))
         return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
                                namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
                                additional_env=spec.additional_env, output='screen', on_exit=_on_exit(spec.name))
-                          for spec in specs_for(values)]
+                          for spec in build_graph(options)]
 
     declared = [DeclareLaunchArgument(name, default_value=default, description=text)
                 for name, default, text in arguments]

@@ -38,6 +38,7 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import EpisodeLog
 from calf_agent.hierarchy import load_hierarchy
 from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
+from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import CalfError, ConfigError
@@ -148,9 +149,10 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     hierarchy = load_hierarchy(policy_dir) if graph == 'hierarchical' else None
     sources = hierarchy.sources if hierarchy else ()
     env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']
+    options = RunOptions.of('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env, seed=seed,
+                            time_scale=time_scale, placement=graph)
     specs = [spec._replace(parameters={**spec.parameters, 'stats_period_s': STATS_PERIOD_S})
-             if spec.name in ('shim', 'env') else spec for spec in build_graph('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env,
-                                               seed=seed, time_scale=time_scale, graph=graph)]
+             if spec.name in ('shim', 'env') else spec for spec in build_graph(options)]
     with_shim = any(spec.name == 'shim' for spec in specs)
     domain = domain_id if domain_id is not None else private_domain()
     context = rclpy.Context()

@@ -106,6 +106,15 @@ class Graph:
             with self._lock:
                 print(text, file=self.output, flush=True)
 
+    def say_why(self, name: str) -> None:
+        """Tell which node ``name`` ended the run, and why: finished, or failed with its last line."""
+        code = self.returncode(name)
+        if code == 0:
+            self._say(f'[calf] {name} finished: stopping the other nodes')
+        else:
+            last = next((line for line in reversed(self.tail(name)) if line.strip()), 'no output')
+            self._say(f'[calf] {name} failed with code {code} ({last}): stopping the other nodes')
+
     def returncode(self, name: str) -> int | None:
         """The exit code of node ``name``, or None while it runs."""
         return self._child(name).process.poll()
@@ -185,7 +194,9 @@ def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextI
     try:
         with Graph(specs, domain_id, output) as graph:
             print(f'[calf] running {", ".join(spec.name for spec in specs)}; Ctrl-C stops them', file=output)
-            graph.wait_any()
+            ended = graph.wait_any()
+            if ended is not None:
+                graph.say_why(ended)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return int(any(exit_.code != 0 and not exit_.stopped for exit_ in graph.exits))

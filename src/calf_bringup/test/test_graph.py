@@ -25,6 +25,7 @@ from calf_bringup.graph import (
     impair_graph,
     param_text,
 )
+from calf_bringup.run_options import OPTIONS, RunOptions, field_names, launch_arguments
 from calf_core.errors import ConfigError
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
@@ -65,17 +66,18 @@ def policy_node(remaps: list[tuple[str, str]]) -> NodeSpec:
     ('edge_sim', 'desktop', 'wifi_degraded', [policy_node(DESKTOP_POLICY)]),
 ])
 def test_nodes_per_mode_and_role(mode: str, role: str, network: str, expected: list[NodeSpec]) -> None:
-    assert build_graph(mode, role, network, policy='/ckpt') == expected
+    assert build_graph(RunOptions.of(mode, role=role, network=network, policy='/ckpt')) == expected
 
 
 def test_seed_time_scale_and_episodes_reach_env_and_shim() -> None:
-    nodes = build_graph('sim_net', network='delay_only', policy='/ckpt', seed=7, time_scale=4, episodes=3)
+    nodes = build_graph(RunOptions.of('sim_net', network='delay_only', policy='/ckpt', seed=7, time_scale=4.0,
+                                           episodes=3))
     assert nodes == [env_node(7, 4.0, 3), shim_node('delay_only', 7, 4.0), policy_node(DESKTOP_POLICY)]
     assert isinstance(nodes[0].parameters['time_scale'], float)
 
 
 def test_every_node_gets_the_discovery_environment() -> None:
-    nodes = build_graph('sim_net', policy='/ckpt', discovery='subnet')
+    nodes = build_graph(RunOptions.of('sim_net', policy='/ckpt', discovery='subnet'))
     assert [node.additional_env for node in nodes] == [{'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SUBNET'}] * 3
 
 
@@ -97,7 +99,8 @@ def initial_peers(xml: str) -> list[str]:
 
 def test_discovery_peers_writes_a_static_peers_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
-    nodes = build_graph('edge_sim', 'all', 'wifi_normal', policy='/ckpt', discovery='peers:10.0.0.1, 10.0.0.2')
+    nodes = build_graph(RunOptions.of('edge_sim', network='wifi_normal', policy='/ckpt',
+                                       discovery='peers:10.0.0.1, 10.0.0.2'))
     env = nodes[0].additional_env
     assert [node.additional_env for node in nodes] == [env] * 3
     assert env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
@@ -154,28 +157,65 @@ def test_bad_peers_raise_config_error(text: str, message: str) -> None:
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    ({'mode': 'mode4'}, "unknown mode 'mode4': choose one of local_sim, sim_net, edge_sim"),
-    ({'mode': 'sim_net', 'role': 'robot'}, "unknown role 'robot': choose one of all, edge, desktop"),
-    ({'mode': 'sim_net', 'policy': None}, 'the policy node needs a checkpoint'),
-    ({'mode': 'local_sim', 'network': 'wifi_normal'}, "local_sim has no network (got 'wifi_normal')"),
-    ({'mode': 'sim_net', 'time_scale': 0}, 'time_scale must be > 0, got 0'),
-    ({'mode': 'sim_net', 'episodes': -1}, 'episodes must be >= 0, got -1'),
+    ({'mode': 'mode4'}, "unknown mode 'mode4': choose one of local_sim, sim_net, edge_sim, impair"),
+    ({'mode': 'sim_net', 'role': 'robot'}, "unknown role 'robot' (--role): choose one of all, edge, desktop"),
+    ({'mode': 'sim_net', 'policy': None}, 'the policy node needs a checkpoint: pass --policy DIR'),
+    ({'mode': 'local_sim', 'network': 'wifi_normal'}, 'local_sim has no network (got --network wifi_normal)'),
+    ({'mode': 'sim_net', 'time_scale': 0}, 'bad --time-scale 0: must be > 0'),
+    ({'mode': 'sim_net', 'time_scale': 'fast'}, 'bad --time-scale fast: not a number'),
+    ({'mode': 'sim_net', 'episodes': -1}, 'bad --episodes -1: must be >= 0'),
+    ({'mode': 'sim_net', 'domain_id': '300'}, 'bad --domain-id 300: must be a ROS domain id, 0 to 232'),
+    ({'mode': 'sim_net', 'wait_for_policy': 'maybe'}, 'bad --wait-for-policy maybe: must be true or false'),
     ({'mode': 'sim_net', 'discovery': 'lan'},
      "unknown discovery 'lan': choose peers:IP,IP,..., a Fast DDS *.xml profile or one of"),
 ])
 def test_invalid_arguments_raise_config_error(kwargs: dict, message: str) -> None:
     kwargs = {'policy': '/ckpt', **kwargs}
     with pytest.raises(ConfigError) as err:
-        build_graph(**kwargs)
+        build_graph(RunOptions.of(kwargs.pop('mode'), **kwargs))
     assert message in str(err.value)
 
 
+def test_errors_name_the_option_as_the_interface_in_use_spells_it() -> None:
+    with pytest.raises(ConfigError, match='impair needs a relay config: pass --config FILE.yaml'):
+        RunOptions.of('impair')
+    with pytest.raises(ConfigError, match='impair needs a relay config: pass config:=FILE.yaml'):
+        RunOptions.from_text('impair', {'config': ''})
+    with pytest.raises(ConfigError, match='bad time_scale:=0: must be > 0'):
+        RunOptions.from_text('sim_net', {'time_scale': '0'})
+    with pytest.raises(ConfigError, match='the policy node needs a checkpoint: pass policy:=DIR'):
+        build_graph(RunOptions.from_text('sim_net', {}))
+
+
+def test_graph_is_a_deprecated_alias_of_placement(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    old = RunOptions.from_text('sim_net', {'graph': 'flat_edge', 'policy': '/ckpt'})
+    assert old == RunOptions.of('sim_net', placement='flat_edge', policy='/ckpt', interface='launch')
+    assert old.warnings == ('graph:= is deprecated: use placement:= (the old name goes in the next release)',)
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: 0)
+    assert cli.main(['run', 'sim_net', '--policy', '/ckpt', '--graph', 'flat_edge']) == 0
+    assert 'calf run: warning: --graph is deprecated: use --placement' in capsys.readouterr().err
+
+
+def test_one_table_feeds_calf_run_the_launch_files_and_the_options() -> None:
+    assert set(field_names()) == {o.name for o in OPTIONS if not o.replaced_by}
+    assert [name for name, _, _ in launch_arguments('shim')] == ['seed', 'time_scale', 'config', 'trace_bag',
+                                                                 'domain_id', 'discovery']
+    defaults = RunOptions.from_text('sim_net', {name: default for name, default, _ in launch_arguments('nodes')})
+    assert defaults == RunOptions.of('sim_net', interface='launch')
+    assert (defaults.time_scale, defaults.episodes, defaults.wait_for_policy, defaults.policy) == (1.0, 0, True, None)
+    args = cli.build_parser().parse_args(['run', 'sim_net', *(f'--{o.name.replace("_", "-")}={o.default}'
+                                                                for o in OPTIONS if o.runs != ('shim',))])
+    assert RunOptions.from_args(args) == RunOptions.of('sim_net')
+
+
 def test_edge_role_needs_no_policy() -> None:
-    assert [node.name for node in build_graph('edge_sim', 'edge', 'wifi_normal')] == ['env', 'shim']
+    assert [node.name for node in build_graph(RunOptions.of('edge_sim', role='edge', network='wifi_normal'))] == ['env', 'shim']
 
 
 def test_command_line_of_each_node() -> None:
-    env, shim, policy = build_graph('sim_net', network='wifi_normal', policy='/ckpt/run 1', time_scale=2)
+    env, shim, policy = build_graph(RunOptions.of('sim_net', network='wifi_normal', policy='/ckpt/run 1',
+                                                    time_scale=2.0))
     assert command_line(env, '/ws/install') == [
         '/ws/install/calf_env/lib/calf_env/env_node', '--ros-args', '-r', '__node:=env', '-r', '__ns:=/calf',
         '-p', 'env:=cartpole', '-p', 'seed:=0', '-p', 'time_scale:=2.0', '-p', 'episodes:=0',
@@ -199,11 +239,12 @@ def test_param_text_parses_back_to_the_same_value(value: object) -> None:
 
 def test_env_node_gets_the_start_plan_of_the_policy_checkpoint_or_the_argument(tmp_path: Path) -> None:
     (tmp_path / 'meta.json').write_text('{"start_plan": [0, 1]}')
-    env = build_graph('sim_net', network='wifi_degraded', policy=tmp_path)[0]
+    env = build_graph(RunOptions.of('sim_net', network='wifi_degraded', policy=tmp_path))[0]
     assert env.parameters['start_plan'] == [0, 1]
     assert 'start_plan:=[0, 1]' in command_line(env, '/ws')
-    assert build_graph('edge_sim', 'edge', 'wifi_degraded', start_plan=(1, 0))[0].parameters['start_plan'] == [1, 0]
-    assert 'start_plan' not in build_graph('sim_net', policy='/ckpt')[0].parameters  # no meta.json: none
+    assert build_graph(RunOptions.of('edge_sim', role='edge', network='wifi_degraded',
+                                       start_plan=(1, 0)))[0].parameters['start_plan'] == [1, 0]
+    assert 'start_plan' not in build_graph(RunOptions.of('sim_net', policy='/ckpt'))[0].parameters  # no meta.json: none
 
 
 def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,9 +262,9 @@ def test_calf_run_passes_a_start_plan_to_the_env_node(monkeypatch: pytest.Monkey
     monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append(specs) or 0)
     assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,1]']) == 0
     assert started[0][0].parameters['start_plan'] == [0, 1]
-    with pytest.raises(SystemExit):
-        cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,'])
-    assert "start_plan must be a list of integer actions such as [0, 1], got '[0,'" in capsys.readouterr().err
+    assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,']) == 2
+    assert capsys.readouterr().err == ("calf run: error: bad --start-plan [0,: start_plan must be a list of integer "
+                                       "actions such as [0, 1], got '[0,'\n")
 
 
 def test_calf_run_without_a_policy_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -235,7 +276,7 @@ IMPAIR_CONFIG = Path(__file__).resolve().parents[1] / 'config' / 'impair_cmd_vel
 
 
 def test_impair_is_the_generic_shim_alone_with_an_absolute_config() -> None:
-    [shim] = impair_graph(str(IMPAIR_CONFIG), seed=7, time_scale=2, discovery='subnet')
+    [shim] = impair_graph(RunOptions.of('impair', config=IMPAIR_CONFIG, seed=7, time_scale=2.0, discovery='subnet'))
     assert shim == NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', '/calf',
                             {'config': str(IMPAIR_CONFIG), 'seed': 7, 'time_scale': 2.0}, [], 'edge',
                             {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SUBNET'})
@@ -245,19 +286,19 @@ def test_impair_is_the_generic_shim_alone_with_an_absolute_config() -> None:
 
 
 @pytest.mark.parametrize('config, message', [
-    (None, 'impair needs a relay config: pass --config FILE.yaml'),
+    ('', 'impair needs a relay config: pass --config FILE.yaml'),
     ('/no/such/relay.yaml', "cannot read relay config '/no/such/relay.yaml'"),
 ])
-def test_impair_without_a_valid_config_is_a_config_error(config: str | None, message: str) -> None:
+def test_impair_without_a_valid_config_is_a_config_error(config: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        impair_graph(config)
+        RunOptions.of('impair', config=config)
 
 
 def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
     monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append((specs, domain_id)) or 0)
     assert cli.main(['run', 'impair', '--config', str(IMPAIR_CONFIG), '--seed', '3', '--domain-id', '9']) == 0
-    assert started == [(impair_graph(str(IMPAIR_CONFIG), seed=3), 9)]
+    assert started == [(impair_graph(RunOptions.of('impair', config=IMPAIR_CONFIG, seed=3)), 9)]
 
 
 def test_calf_run_impair_passes_a_new_trace_bag_to_the_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -13,18 +13,13 @@ from types import ModuleType
 
 import pytest
 
-from calf_bringup.graph import (
-    IMPAIR_LAUNCH_ARGUMENTS,
-    LAUNCH_ARGUMENTS,
-    MODES,
-    build_graph,
-    graph_from_launch,
-)
+from calf_bringup.graph import build_graph
 from calf_bringup.launch_tools import missing_launch_tools
+from calf_bringup.run_options import IMPAIR, MODES, RunOptions, launch_arguments
 from calf_core.errors import ConfigError
 
 LAUNCH_DIR = Path(__file__).resolve().parents[3] / 'launch'
-FILES = {mode: LAUNCH_DIR / f'{mode}.launch.py' for mode in MODES}
+FILES = {mode: LAUNCH_DIR / f'{mode}.launch.py' for mode in (*MODES, IMPAIR)}
 
 
 def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
@@ -39,32 +34,31 @@ def _mode_constant(tree: ast.Module) -> str | None:
     return None
 
 
-@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('mode', (*MODES, IMPAIR))
 def test_launch_file_builds_its_modes_graph(mode: str) -> None:
     tree = ast.parse(FILES[mode].read_text(), filename=str(FILES[mode]))
     assert _mode_constant(tree) == mode
-    calls = _calls(tree, 'graph_from_launch')
+    calls = _calls(tree, 'launch_description')
     assert len(calls) == 1 and isinstance(calls[0].args[0], ast.Name) and calls[0].args[0].id == 'MODE'
     assert [fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)][-1] == 'generate_launch_description'
-    assert _calls(tree, 'launch_description')
 
 
 def test_launch_values_become_the_same_graph_as_calf_run() -> None:
-    values = {name: default for name, default, _ in LAUNCH_ARGUMENTS}
+    values = {name: default for name, default, _ in launch_arguments('nodes')}
     values.update(policy='/ckpt', network='wifi_normal', seed='3', time_scale='2', episodes='5')
-    assert graph_from_launch('sim_net', values) == build_graph('sim_net', 'all', 'wifi_normal', '/ckpt', 'cartpole', 3,
-                                                               2.0, 5)
-    with pytest.raises(ConfigError, match='bad launch argument'):
-        graph_from_launch('sim_net', {**values, 'seed': 'x'})
-    edge = graph_from_launch('edge_sim', {**values, 'role': 'edge', 'start_plan': '[0,1]'})
+    assert build_graph(RunOptions.from_text('sim_net', values)) == build_graph(
+        RunOptions.of('sim_net', network='wifi_normal', policy='/ckpt', seed=3, time_scale=2.0, episodes=5))
+    with pytest.raises(ConfigError, match='bad seed:=x: not an integer'):
+        RunOptions.from_text('sim_net', {**values, 'seed': 'x'})
+    edge = build_graph(RunOptions.from_text('edge_sim', {**values, 'role': 'edge', 'start_plan': '[0,1]'}))
     assert edge[0].parameters['start_plan'] == [0, 1]
-    with pytest.raises(ConfigError, match='start_plan must be a list of integer actions'):
-        graph_from_launch('edge_sim', {**values, 'start_plan': 'left'})
+    with pytest.raises(ConfigError, match='bad start_plan:=left: start_plan must be a list of integer actions'):
+        RunOptions.from_text('edge_sim', {**values, 'start_plan': 'left'})
 
 
 def test_launch_arguments_cover_the_issue_contract() -> None:
-    names = {name for name, _, _ in LAUNCH_ARGUMENTS}
-    assert {'role', 'network', 'policy', 'env', 'domain_id', 'time_scale'} <= names
+    names = {name for name, _, _ in launch_arguments('nodes')}
+    assert {'role', 'network', 'policy', 'env', 'domain_id', 'time_scale', 'placement', 'wait_for_policy'} <= names
 
 
 def _skip_without_launch() -> None:
@@ -109,16 +103,6 @@ def test_generate_launch_description_yields_the_nodes(mode: str, expected: list[
     assert isinstance(actions[0], SetEnvironmentVariable)
     nodes = [action for action in actions if isinstance(action, Node)]
     assert [node.node_executable for node in nodes] == expected
-
-
-def test_impair_launch_file_builds_the_generic_shim_from_its_arguments() -> None:
-    path = LAUNCH_DIR / 'impair.launch.py'
-    tree = ast.parse(path.read_text(), filename=str(path))
-    assert _calls(tree, 'launch_description') and not _calls(tree, 'graph_from_launch')
-    assert 'impair_from_launch' in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    assert [fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)][-1] == 'generate_launch_description'
-    assert [name for name, _, _ in IMPAIR_LAUNCH_ARGUMENTS] == ['config', 'seed', 'time_scale', 'trace_bag',
-                                                                'domain_id', 'discovery']
 
 
 def test_impair_launch_description_yields_the_generic_shim() -> None:
