@@ -134,6 +134,7 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
     assert '[env] ' in done.stdout and '[policy] ' in done.stdout
     assert '[calf] env finished: stopping the other nodes' in done.stdout
+    assert 'waiting for a policy' in done.stdout and 'e2e p50 nan' not in done.stdout  # no start-up episode
     assert '[calf] env exited with code 0' in done.stdout
     assert '[calf] policy stopped with code' in done.stdout
 
