@@ -123,3 +123,20 @@ def test_impair_launch_description_yields_the_generic_shim() -> None:
     opaque = [entity for entity in description.entities if isinstance(entity, OpaqueFunction)]
     nodes = [action for action in opaque[0].execute(context) or [] if isinstance(action, Node)]
     assert [node.node_executable for node in nodes] == ['generic_shim_node']
+
+
+@pytest.mark.parametrize('absent, reason', [
+    ('launch.actions', 'launch / launch_ros are not installed: they have no PyPI wheel'),
+    ('composition_interfaces.srv', 'composition_interfaces is missing (launch_ros imports it)'),
+])
+def test_what_keeps_ros2_launch_from_running_is_named(monkeypatch: pytest.MonkeyPatch, absent: str,
+                                                      reason: str) -> None:
+    real = importlib.import_module
+
+    def import_module(name: str, *args: object) -> ModuleType:
+        if name == absent:
+            raise ModuleNotFoundError(f'No module named {name!r}')
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, 'import_module', import_module)
+    assert (missing_launch_tools() or '').startswith(reason)
