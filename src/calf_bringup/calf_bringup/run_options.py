@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -148,13 +148,14 @@ class RunOptions:
         for option in OPTIONS:
             value = values.get(option.name, option.default)
             value = _parse(interface, option, value) if isinstance(value, str) else value
-            if option.replaced_by:
-                if value:
-                    parsed[option.replaced_by] = value
-                    notes.append(f'{spell(interface, option.name)} is deprecated: use '
-                                 f'{spell(interface, option.replaced_by)} (the old name goes in the next release)')
-            elif option.name not in parsed:
+            if not option.replaced_by:
                 parsed[option.name] = value
+            elif value:  # a deprecated name: it counts unless the new one was given too
+                new = TABLE[option.replaced_by]
+                if values.get(new.name, new.default) == new.default:
+                    parsed[new.name] = value
+                notes.append(f'{spell(interface, option.name)} is deprecated: use '
+                             f'{spell(interface, new.name)} (the old name goes in the next release)')
         options = cls(mode=mode, interface=interface, warnings=tuple(notes), **parsed)
         options.validate()
         return options
@@ -223,11 +224,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = f' (default: {option.default})' if option.default else ''
         parser.add_argument(spell('cli', option.name), dest=option.name, metavar=option.name.upper(),
                             help=option.help + only + default)
-
-
-def field_names() -> tuple[str, ...]:
-    """The options ``RunOptions`` holds (the table's, without deprecated names)."""
-    return tuple(f.name for f in fields(RunOptions) if f.name not in ('mode', 'interface', 'warnings'))
 
 
 def _check_choice(kind: str, value: str, choices: tuple[str, ...], name: str = '') -> None:

@@ -1,6 +1,7 @@
 """The graph builder: exact nodes, parameters and remappings per mode and role; command lines."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import xml.etree.ElementTree as ET
@@ -25,7 +26,7 @@ from calf_bringup.graph import (
     impair_graph,
     param_text,
 )
-from calf_bringup.run_options import OPTIONS, RunOptions, field_names, launch_arguments
+from calf_bringup.run_options import OPTIONS, RunOptions, launch_arguments
 from calf_core.errors import ConfigError
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
@@ -192,13 +193,16 @@ def test_graph_is_a_deprecated_alias_of_placement(capsys: pytest.CaptureFixture[
     old = RunOptions.from_text('sim_net', {'graph': 'flat_edge', 'policy': '/ckpt'})
     assert old == RunOptions.of('sim_net', placement='flat_edge', policy='/ckpt', interface='launch')
     assert old.warnings == ('graph:= is deprecated: use placement:= (the old name goes in the next release)',)
+    both = RunOptions.of('sim_net', placement='hierarchical', graph='flat_edge', policy='/ckpt')
+    assert both.placement == 'hierarchical' and both.warnings  # the new name wins
     monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: 0)
     assert cli.main(['run', 'sim_net', '--policy', '/ckpt', '--graph', 'flat_edge']) == 0
     assert 'calf run: warning: --graph is deprecated: use --placement' in capsys.readouterr().err
 
 
 def test_one_table_feeds_calf_run_the_launch_files_and_the_options() -> None:
-    assert set(field_names()) == {o.name for o in OPTIONS if not o.replaced_by}
+    held = {f.name for f in dataclasses.fields(RunOptions)} - {'mode', 'interface', 'warnings'}
+    assert held == {o.name for o in OPTIONS if not o.replaced_by}
     assert [name for name, _, _ in launch_arguments('shim')] == ['seed', 'time_scale', 'config', 'trace_bag',
                                                                  'domain_id', 'discovery']
     defaults = RunOptions.from_text('sim_net', {name: default for name, default, _ in launch_arguments('nodes')})
