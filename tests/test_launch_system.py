@@ -72,7 +72,7 @@ class Launch:
         self.log = tmp_path / f'{launch_file}.{len(list(tmp_path.glob("*.log")))}.log'
         with self.log.open('w') as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_as_from_a_terminal)
 
     def wait(self, timeout_s: float = TIMEOUT_S) -> int:
         """Its exit code; on a timeout the whole session is killed and the test fails with the output."""
@@ -83,8 +83,8 @@ class Launch:
             pytest.fail(f'{self.log.name} did not exit within {timeout_s:g} s:\n{self.output()}')
 
     def interrupt(self) -> int:
-        """Ctrl-C, as in a terminal; its exit code."""
-        self.process.send_signal(signal.SIGINT)
+        """Ctrl-C, as in a terminal (SIGINT to the launch's process group); its exit code."""
+        os.killpg(self.process.pid, signal.SIGINT)
         return self.wait(30.0)
 
     def output(self) -> str:
@@ -108,6 +108,12 @@ class Launch:
         except ProcessLookupError:
             pass
         self.process.wait()
+
+
+def _as_from_a_terminal() -> None:
+    """SIGINT at its default, as in a shell: a test run started in the background ignores it, and children
+    inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture
