@@ -326,3 +326,11 @@ def test_calf_run_impair_with_a_bad_config_is_a_one_line_error(tmp_path: Path,
     assert capsys.readouterr().err.splitlines() == [
         f"calf run: error: {bad} entry 0 (/a): unknown message type 'geometry_msgs/msg/Twst': package "
         f"'geometry_msgs' has no message 'Twst'"]
+
+
+def test_the_start_gate_options_reach_the_env_node() -> None:
+    env = build_graph(RunOptions.of('sim_net', policy='/ckpt', wait_for_policy='false', policy_timeout='30'))[0]
+    assert (env.parameters['wait_for_policy'], env.parameters['policy_timeout_s']) == (False, 30.0)
+    assert 'wait_for_policy:=false' in command_line(env, '/ws')
+    default = build_graph(RunOptions.of('sim_net', policy='/ckpt'))[0].parameters
+    assert 'wait_for_policy' not in default and 'policy_timeout_s' not in default  # the env node's defaults
