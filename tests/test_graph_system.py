@@ -27,7 +27,7 @@ from calf_agent.planner import train_planner
 from calf_agent.regimes import train_policy
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
-from calf_bringup.ros_eval import evaluate_ros, private_domain
+from calf_bringup.ros_eval import evaluate_ros
 from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph, run_graph
 from calf_core.errors import ConfigError
@@ -160,12 +160,14 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     policy = request.getfixturevalue(checkpoint)
     common = ['eval', '--policy', str(policy), '--network', network, '--episodes', '20', '--seed', '0', '--json']
     reports = {}
-    results = Results(private_domain())  # the env's own EpisodeResults, in calf eval's domain
+    domain = int(os.environ['ROS_DOMAIN_ID'])
+    results = Results(domain)  # the env's own EpisodeResults, in calf eval's domain
     spinner = threading.Thread(target=results.executor.spin, daemon=True)
     spinner.start()
     try:
         for mode in ('sim', 'ros'):
-            assert cli.main([*common, '--mode', mode, '--time-scale', '1']) == 0
+            ros_only = ['--domain-id', str(domain)] if mode == 'ros' else []
+            assert cli.main([*common, '--mode', mode, '--time-scale', '1', *ros_only]) == 0
             reports[mode] = json.loads(capsys.readouterr().out)
     finally:
         results.close()

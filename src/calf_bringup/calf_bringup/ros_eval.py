@@ -154,7 +154,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     specs = [spec._replace(parameters={**spec.parameters, 'stats_period_s': STATS_PERIOD_S})
              if spec.name in ('shim', 'env') else spec for spec in build_graph(options)]
     with_shim = any(spec.name == 'shim' for spec in specs)
-    domain = domain_id if domain_id is not None else private_domain()
+    domain = domain_id if domain_id is not None else 1 + os.getpid() % 100
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node(f'calf_eval_{os.getpid()}', namespace=NAMESPACE, context=context)
@@ -185,11 +185,6 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
-
-
-def private_domain() -> int:
-    """The ROS domain of an evaluation by default: derived from this process's id."""
-    return 1 + os.getpid() % 100
 
 
 def _fresh_counters(spin: Callable[..., None], listener: _Listener) -> dict[int, int]:
