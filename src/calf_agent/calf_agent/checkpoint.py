@@ -2,10 +2,17 @@
 
 ``meta.json`` holds the caller's metadata (env, regime, representation, seed, steps, ...) at
 the top level, plus the reserved keys ``format``, ``agent`` (the agent's ``spec()``),
-``versions`` and ``git_revision``.
+``versions``, ``git_revision`` and ``weights_sha256``.
+
+A save replaces each file atomically, the weights first and ``meta.json`` last; ``meta.json``
+names the SHA-256 of the weights it belongs to, so a save interrupted between the two files
+is refused at load instead of pairing new weights with old provenance. Loading checks
+``meta.json`` against its schema (``checkpoint_meta``) and compares the weights file with an
+agent built on torch's ``meta`` device before allocating the real one.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import subprocess
@@ -16,15 +23,21 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save
 
+from calf_agent.checkpoint_meta import MAX_PARAMETERS, check_meta
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import Agent, make_agent
+from calf_core import atomic
+from calf_core.errors import ConfigError
+from calf_core.yaml_files import read_json
 
 WEIGHTS = 'policy.safetensors'
 META = 'meta.json'
 FORMAT = 1
-RESERVED = ('format', 'agent', 'versions', 'git_revision')
+MAX_META_BYTES = 1 << 20
+RESERVED = ('format', 'agent', 'versions', 'git_revision', 'weights_sha256')
 
 
 def versions() -> dict[str, str]:
@@ -44,18 +57,21 @@ def git_revision() -> str:
 
 
 def save_checkpoint(out_dir: Path | str, agent: Agent, meta: Mapping[str, Any] | None = None) -> Path:
-    """Write ``agent``'s weights and ``meta.json`` into ``out_dir`` (created); return ``out_dir``."""
+    """Write ``agent``'s weights and ``meta.json`` into ``out_dir`` (created, not its parents); return it.
+
+    Each file is replaced atomically, weights first; an interrupted save is detected at load.
+    """
     meta = dict(meta or {})
     clash = sorted(set(meta) & set(RESERVED))
     if clash:
         raise ValueError(f'checkpoint meta may not set reserved keys {clash}')
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in agent.state_dict().items()}
-    save_file(state, str(out / WEIGHTS))
+    atomic.make_out_dir(out, 'checkpoint directory')
+    weights = save({k: v.detach().contiguous() for k, v in agent.state_dict().items()})
     doc = {**meta, 'format': FORMAT, 'agent': agent.spec(), 'versions': versions(),
-           'git_revision': git_revision()}
-    (out / META).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + '\n')
+           'git_revision': git_revision(), 'weights_sha256': hashlib.sha256(weights).hexdigest()}
+    atomic.write_bytes(out / WEIGHTS, weights)
+    atomic.write_text(out / META, json.dumps(doc, indent=2, sort_keys=True, default=str) + '\n')
     return out
 
 
@@ -69,13 +85,19 @@ def load_checkpoint(ckpt_dir: Path | str) -> tuple[Agent, dict[str, Any]]:
         raise CheckpointError(f'no checkpoint at {path}: run `calf train ... --out {path}` first')
     meta = _read_meta(path)
     try:
-        agent = make_agent(meta['agent'])
+        with torch.device('meta'):  # allocates nothing: the shapes alone are compared with the file
+            shapes = {k: tuple(v.shape) for k, v in make_agent(meta['agent']).state_dict().items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f'{path / META} has no valid agent spec ({_one_line(exc)}): '
                               f'{_retrain(path)}') from None
-    state = _read_weights(path)
-    _check_state(path, agent, state)
-    agent.load_state_dict(state)
+    size = sum(int(np.prod(shape)) for shape in shapes.values())
+    if size > MAX_PARAMETERS:
+        raise CheckpointError(f'{path / META} describes an agent of {size} weights, more than {MAX_PARAMETERS}: '
+                              f'{_retrain(path)}')
+    _check_state(path, shapes, _weight_shapes(path))
+    _check_hash(path, meta)
+    agent = make_agent(meta['agent'])
+    agent.load_state_dict(_read_weights(path))
     return agent.eval(), meta
 
 
@@ -85,15 +107,45 @@ def _read_meta(path: Path) -> dict[str, Any]:
     if not file.is_file():
         raise CheckpointError(f'{path} has no {META}: {_retrain(path)}')
     try:
-        meta = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f'{file} is not valid JSON ({_one_line(exc)}): {_retrain(path)}') from None
+        meta = read_json(file, 'checkpoint meta', MAX_META_BYTES)
+    except ConfigError as exc:
+        raise CheckpointError(f'{exc}: {_retrain(path)}') from None
     if not isinstance(meta, dict):
         raise CheckpointError(f'{file} holds a {type(meta).__name__}, not an object: {_retrain(path)}')
     if meta.get('format') != FORMAT:
         raise CheckpointError(f'{file} has format {meta.get("format")!r}, this calf reads {FORMAT}: '
                               f'{_retrain(path)}')
+    try:
+        check_meta(meta, str(file))
+    except CheckpointError as exc:
+        raise CheckpointError(f'{file}: {exc}: {_retrain(path)}') from None
     return meta
+
+
+def _weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes in policy.safetensors, read from its header alone."""
+    file = path / WEIGHTS
+    if not file.is_file():
+        raise CheckpointError(f'{path} has no {WEIGHTS}: {_retrain(path)}')
+    try:
+        with safe_open(str(file), 'pt') as stream:
+            return {key: tuple(stream.get_slice(key).get_shape()) for key in stream.keys()}  # noqa: SIM118
+    except Exception as exc:  # safetensors raises its own error type and OSError/ValueError
+        raise CheckpointError(f'{file} is corrupt ({_one_line(exc)}): {_retrain(path)}') from None
+
+
+def _check_hash(path: Path, meta: dict[str, Any]) -> None:
+    """Refuse weights that are not the ones meta.json was saved with (checkpoints older than the hash pass)."""
+    expected = meta.get('weights_sha256')
+    if expected is None:
+        return
+    digest = hashlib.sha256()
+    with (path / WEIGHTS).open('rb') as stream:
+        for block in iter(lambda: stream.read(1 << 20), b''):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise CheckpointError(f'{path / WEIGHTS} is not the file {META} was saved with (an interrupted or mixed '
+                              f'save): {_retrain(path)}')
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -107,10 +159,8 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f'{file} is corrupt ({_one_line(exc)}): {_retrain(path)}') from None
 
 
-def _check_state(path: Path, agent: Agent, state: Mapping[str, torch.Tensor]) -> None:
+def _check_state(path: Path, expected: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]]) -> None:
     """Raise CheckpointError naming the first key or shape that differs from the rebuilt agent."""
-    expected = {k: tuple(v.shape) for k, v in agent.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items()}
     missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
     shapes = [f'{k} is {found[k]}, expected {expected[k]}' for k in expected
               if k in found and found[k] != expected[k]]

@@ -14,6 +14,7 @@ from typing import Any
 
 from calf_agent.arbiter import make_gate
 from calf_core.errors import ConfigError
+from calf_core.yaml_files import read_json
 
 HIERARCHY_FILE = 'hierarchy.json'
 FORMAT = 1
@@ -61,12 +62,12 @@ def load_hierarchy(path: Path | str) -> Hierarchy:
     file = path / HIERARCHY_FILE if path.is_dir() else path
     if not file.is_file():
         raise ConfigError(f'no {HIERARCHY_FILE} at {path}: run `calf train-hierarchy ... --out {path}` first')
+    doc = read_json(file, 'hierarchy')
     try:
-        doc = json.loads(file.read_text())
         subs = tuple(SubPolicy(**sub) for sub in doc['subpolicies'])
         hierarchy = Hierarchy(doc['env'], doc['regime'], int(doc['seed']), subs, dict(doc['gating']),
                               float(doc['silence_timeout_s']), file.resolve().parent)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         raise ConfigError(f'{file} is not a valid hierarchy ({" ".join(str(err).split())})') from None
     bad = [sub.placement for sub in subs if sub.placement not in PLACEMENTS]
     if bad or len(subs) < 2:

@@ -33,6 +33,7 @@ from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import AGENT_KINDS, PLAN_HEADS, Agent, LstmAgent, LstmState, MlpAgent
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.seeding import seed_everything
+from calf_core import atomic
 
 CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'policy_loss',
               'value_loss', 'entropy', 'approx_kl', 'clipfrac', 'explained_variance',
@@ -207,7 +208,7 @@ class _Loop:
         next_done = torch.zeros(cfg.num_envs)
         state = self.agent.initial_state(cfg.num_envs) if self.recurrent else None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        with (open(self.out_dir / 'progress.csv', 'w', newline='') as csv_file,
+        with (atomic.replacing(self.out_dir / 'progress.csv', 'w', newline='') as csv_file,  # kept if interrupted
               SummaryWriter(str(self.out_dir / 'tb')) as writer,
               tqdm(total=cfg.num_iterations * cfg.batch_size, unit='step', disable=not progress,
                    dynamic_ncols=True) as bar):

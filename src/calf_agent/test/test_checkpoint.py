@@ -14,7 +14,7 @@ from calf_agent.policies import Agent, LstmAgent, MlpAgent
 from calf_agent.seeding import seed_everything
 from calf_core.errors import CalfError
 
-META = {'env': 'cartpole', 'regime': 'full', 'representation': 'raw', 'seed': 3, 'steps': 1000}
+META = {'env': 'cartpole', 'regime': 'full', 'representation': {'frames': 2, 'actions': 1}, 'seed': 3, 'steps': 1000}
 
 
 def _agents() -> list[Agent]:

@@ -15,13 +15,14 @@ from calf_bringup import (
     cmd_train,
     cmd_train_hierarchy,
 )
+from calf_bringup.cli_args import CalfParser
 from calf_core.errors import CalfError
 
 COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog='calf', description='Communication-Aware Learning Framework')
+    parser = CalfParser(prog='calf', description='Communication-Aware Learning Framework')
     sub = parser.add_subparsers(dest='command', required=True)
     for command in COMMANDS:
         command.register(sub)

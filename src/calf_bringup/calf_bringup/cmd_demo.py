@@ -13,6 +13,7 @@ from pathlib import Path
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import train_planner
 from calf_agent.regimes import regime_profile, train_policy
+from calf_bringup.cli_args import MAX_EPISODES, count
 from calf_bringup.ros_eval import evaluate_ros
 from calf_core.profiles import load_profile
 
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('demo', help='train baseline and network-aware CartPole and deploy both over DDS')
     parser.add_argument('--out', type=Path, default=Path('demo_out'), help='where the policies are kept')
     parser.add_argument('--network', default='wifi_degraded', help='deployment profile for the live graph')
-    parser.add_argument('--episodes', type=int, default=5, help='live-graph episodes per policy')
+    parser.add_argument('--episodes', type=count(1, MAX_EPISODES), default=5, help='live-graph episodes per policy')
     parser.add_argument('--retrain', action='store_true', help='train again even if policies exist')
     parser.set_defaults(func=run)
 

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from calf_agent.graph_sim import evaluate_graph_sim
 from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS
+from calf_bringup.cli_args import MAX_EPISODES, count, number
 from calf_bringup.cmd_profile import E2E_DEFINITIONS, e2e_report
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile, sample_e2e
@@ -27,9 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--network', default='sim_clean', help='profile name, YAML path or trace bag')
     parser.add_argument('--mode', choices=('sim', 'ros'), default='sim',
                         help='sim: virtual time (NetworkedEnv); ros: env node, shim and policy node over DDS')
-    parser.add_argument('--episodes', type=int, default=50)
+    parser.add_argument('--episodes', type=count(1, MAX_EPISODES), default=50)
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--time-scale', type=float, default=1.0,
+    parser.add_argument('--time-scale', type=number(0, 1000, low_open=True), default=1.0,
                         help='ros mode: run the graph this many times faster than real time; latencies are '
                              'reported in the profile\'s units')
     parser.add_argument('--graph', choices=GRAPHS, default='flat_desktop',

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from calf_bringup.cli_args import MAX_EPISODES, MAX_STEPS, count
 from calf_bringup.experiment import run_table, write_outputs
 from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLES
@@ -19,10 +20,10 @@ CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('experiment', help='reproduce a table of the paper (CSV, Markdown, JSON, PNG)')
     parser.add_argument('name', choices=CHOICES)
-    parser.add_argument('--seeds', type=int, default=10, help='training seeds per row')
-    parser.add_argument('--episodes', type=int, default=50, help='evaluation episodes per seed and column')
-    parser.add_argument('--steps', type=int, help='PPO steps per seed (default: per table)')
-    parser.add_argument('--workers', type=int, help='parallel jobs (default: one per core)')
+    parser.add_argument('--seeds', type=count(1, 1000), default=10, help='training seeds per row')
+    parser.add_argument('--episodes', type=count(1, MAX_EPISODES), default=50, help='evaluation episodes per seed and column')
+    parser.add_argument('--steps', type=count(1, MAX_STEPS), help='PPO steps per seed (default: per table)')
+    parser.add_argument('--workers', type=count(1, 256), help='parallel jobs (default: one per core)')
     parser.add_argument('--out', type=Path, default=Path('results'))
     parser.set_defaults(func=run)
 

@@ -5,6 +5,7 @@ import argparse
 import json
 from typing import Any
 
+from calf_bringup.cli_args import count, number
 from calf_core.profile_schema import STAGES, check_stage, json_schema, schema_text
 from calf_core.profiles import E2EStats, Latency, Profile, available_profiles, load_profile, sample_e2e
 
@@ -25,9 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = verbs.add_parser('show', help='a profile\'s stages with every default, and its sampled E2E latency '
                                          'and loss')
     show.add_argument('name', help=f'profile name ({", ".join(available_profiles())}) or YAML path')
-    show.add_argument('--samples', type=int, default=100_000, help='round trips to sample')
+    show.add_argument('--samples', type=count(1, 10_000_000), default=100_000, help='round trips to sample')
     show.add_argument('--seed', type=int, default=0)
-    show.add_argument('--dt', type=float, default=0.02, help='spacing of observations (seconds)')
+    show.add_argument('--dt', type=number(0, 60, low_open=True), default=0.02, help='spacing of observations (seconds)')
     show.add_argument('--json', action='store_true', help='machine-readable output')
     show.set_defaults(func=run)
     verbs.add_parser('list', help='list the bundled profiles').set_defaults(

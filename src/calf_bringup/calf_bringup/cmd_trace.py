@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from calf_bringup.cli_args import MAX_SECONDS, number
+from calf_core import atomic
 from calf_core.bags import (
     Storage,
     import_bag,
@@ -39,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     synth = verbs.add_parser('synth', help='write a synthetic trace of a profile')
     synth.add_argument('--profile', required=True, help='profile name or YAML path')
-    synth.add_argument('--duration', type=float, default=60.0, help='seconds of traffic')
-    synth.add_argument('--dt', type=float, default=0.02, help='observation period (seconds)')
+    synth.add_argument('--duration', type=number(0, MAX_SECONDS, low_open=True), default=60.0, help='seconds of traffic')
+    synth.add_argument('--dt', type=number(0, 60, low_open=True), default=0.02, help='observation period (seconds)')
     synth.add_argument('--seed', type=int, default=0)
     _output(synth)
     synth.set_defaults(func=run_synth)
@@ -53,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     info.set_defaults(func=run_info)
 
     record = verbs.add_parser('record', help='record the running graph (runs the trace_recorder node)')
-    record.add_argument('--duration', type=float, default=0.0, help='seconds; 0 records until Ctrl-C')
+    record.add_argument('--duration', type=number(0, MAX_SECONDS), default=0.0, help='seconds; 0 records until Ctrl-C')
     record.add_argument('--raw', action='store_true', help='also record the raw Observation and Action topics')
     record.add_argument('--loss-timeout', type=float, default=2.0, help='seconds before a message counts lost')
     record.add_argument('--flush-period', type=float, default=1.0, help='seconds between bag flushes')
@@ -162,6 +164,6 @@ def run_to_profile(args: argparse.Namespace) -> int:
     trace = read_trace_bag(args.bag)
     data = replay_profile_dict(trace, name, args.mode) if args.replay else fit_profile_dict(trace, name)
     header = f'# Network profile (schema: calf_shim/profiles.py) made by `calf trace to-profile` from {args.bag}.\n'
-    args.out.write_text(header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None), encoding='utf-8')
+    atomic.write_text(args.out, header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
     print(json.dumps({'out': str(args.out), 'name': name, 'replay': args.replay}))
     return 0

@@ -5,9 +5,11 @@ import argparse
 import json
 from pathlib import Path
 
+from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_HORIZON
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_policy
 from calf_agent.representation import Representation
+from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
 from calf_core.envs import ENV_SPECS
 from calf_core.profiles import load_profile
 
@@ -19,21 +21,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help='baseline (sim_clean), delay_only, or full (full_net_aware)')
     parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--steps', type=int, help='environment decisions to train for (default per env)')
-    parser.add_argument('--envs', type=int, help='envs per rollout (default 8 for CartPole); CartPole uses the '
+    parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')
+    parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole); CartPole uses the '
                                                  'numpy fast path from 32 when the network allows it')
-    parser.add_argument('--frames', type=int, help='frame stack k (default: d + 1, d = typical delay in ticks)')
-    parser.add_argument('--action-history', type=int, help='actions remembered (default: d)')
+    parser.add_argument('--frames', type=count(1, MAX_FRAMES), help='frame stack k (default: d + 1, d = typical delay in ticks)')
+    parser.add_argument('--action-history', type=count(0, MAX_ACTION_HISTORY), help='actions remembered (default: d)')
     parser.add_argument('--obs-age', action='store_true',
                         help='also give the policy the age of the newest observation (sim only: a policy node '
                              'has no clock shared with the env)')
-    parser.add_argument('--plan-horizon', type=int, default=1, metavar='H',
+    parser.add_argument('--plan-horizon', type=count(1, MAX_PLAN_HORIZON), default=1, metavar='H',
                         help='actions per message: a plan for the H ticks after the observation (default 1)')
     parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
                         help='how plans are made: ppo (one head per element, loss on executed elements) or '
                              'model (PPO on the bare env plus a learned dynamics model rolled forward; '
                              'the network sets the rollout lead); default ppo')
-    parser.add_argument('--plan-lead', type=int, metavar='L',
+    parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
                         help='model planner: ticks before a plan can arrive (default: the network\'s p95 E2E)')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
@@ -41,8 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.plan_horizon < 1:
-        raise SystemExit(f'calf train: error: --plan-horizon must be >= 1, got {args.plan_horizon}')
     network = args.network or regime_profile(args.regime)
     if args.planner == 'model':
         return _train_model_planner(args, network)

@@ -9,6 +9,7 @@ from calf_agent.hierarchy import HIERARCHY_FILE
 from calf_agent.hierarchy_train import train_hierarchy
 from calf_agent.regimes import REGIMES
 from calf_agent.subtasks import SUBTASKS
+from calf_bringup.cli_args import MAX_STEPS, count
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
                         help='network regime of the desktop sub-policies; edge ones train under sim_clean')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--steps', type=int, help='environment decisions per sub-policy (default per env)')
+    parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions per sub-policy (default per env)')
     parser.add_argument('--out', type=Path, required=True,
                         help=f'directory for one checkpoint per sub-policy and {HIERARCHY_FILE}')
     parser.add_argument('--quiet', action='store_true', help='no progress bars')

@@ -20,6 +20,8 @@ import numpy as np
 from tqdm import tqdm
 
 from calf_bringup.experiment_specs import Row, TableSpec
+from calf_core import atomic
+from calf_core.yaml_files import read_json
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,11 @@ def run_eval(job: EvalJob, cache: Path) -> dict[str, Any]:
     from calf_core.profiles import load_profile
     path = cache / 'eval' / f'{job.key}.json'
     if path.is_file():
-        return json.loads(path.read_text())
+        return read_json(path, 'cached evaluation')
     report = evaluate_sim(cache / 'train' / job.train.key, load_profile(job.network), job.episodes,
                           seed=10_000 + job.train.seed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report))
+    atomic.write_text(path, json.dumps(report))
     return report
 
 

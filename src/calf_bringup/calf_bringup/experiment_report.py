@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from calf_core.yaml_files import read_json
 
 
 def write_csv(result: dict[str, Any], path: Path) -> Path:
@@ -93,7 +94,7 @@ def write_results_readme(out: Path) -> Path:
     for name in sorted((p.stem for p in out.glob('*.md') if p.stem in order), key=order.index):
         parts.append((out / f'{name}.md').read_text().replace('\n# ', '\n## ').replace('# ', '## ', 1))
         meta = out / f'{name}.json'
-        versions = json.loads(meta.read_text()).get('versions', {}) if meta.is_file() else {}
+        versions = read_json(meta, 'experiment meta').get('versions', {}) if meta.is_file() else {}
         if versions:
             parts.append('Versions: ' + ', '.join(f'{k} {v}' for k, v in versions.items()) + '\n')
     notes = out / 'NOTES.md'

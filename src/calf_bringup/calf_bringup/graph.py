@@ -30,6 +30,7 @@ from calf_agent.hierarchy import load_hierarchy
 from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers
 from calf_bringup.run_options import CLEAN_NETWORK, IMPAIR, RunOptions
 from calf_core.errors import ConfigError
+from calf_core.yaml_files import read_json
 
 NAMESPACE = '/calf'
 DISCOVERY_RANGES = ('localhost', 'subnet', 'off', 'system_default')
@@ -144,8 +145,8 @@ def param_text(value: Any) -> str:
 def checkpoint_start_plan(policy: str | Path) -> tuple[int, ...]:
     """The ``start_plan`` a checkpoint's meta.json names, or () (also when there is no readable meta)."""
     try:
-        meta = json.loads((Path(policy) / 'meta.json').read_text())
-    except (OSError, ValueError):
+        meta = read_json(Path(policy) / 'meta.json', 'checkpoint meta')
+    except ConfigError:
         return ()
     plan = meta.get('start_plan', []) if isinstance(meta, dict) else []
     return tuple(int(a) for a in plan)

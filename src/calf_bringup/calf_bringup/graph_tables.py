@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from calf_agent.subtasks import subtasks
+from calf_core import atomic
+from calf_core.yaml_files import read_json
 
 GRAPH_ROWS = {'Flat (Desktop)': 'flat_desktop', 'Flat (Edge)': 'flat_edge',
               'Hierarchical (Distributed)': 'hierarchical'}
@@ -85,8 +87,8 @@ def evaluate_cached(graph: str, policy: Path, network: str, episodes: int, seed:
     path = policy.parent / f'{policy.name}--{graph}-{network}-{episodes}ep.json'
     if not path.is_file():
         report = evaluate_graph_sim(graph, policy, load_profile(network), episodes, seed=10_000 + seed)
-        path.write_text(json.dumps(report))
-    return json.loads(path.read_text())
+        atomic.write_text(path, json.dumps(report))
+    return read_json(path, 'cached evaluation')
 
 
 def _train(job: tuple[str, GraphTable, int, int, Path]) -> Path:

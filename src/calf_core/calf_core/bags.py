@@ -103,6 +103,9 @@ class TraceBagWriter:
         self._store = typestore()
         if self.path.exists():
             raise TraceError(f'{str(self.path)!r} exists already: give a new bag path')
+        if not self.path.parent.is_dir():  # create the bag directory only, never a tree of parents
+            raise TraceError(f'the parent of bag {str(self.path)!r} does not exist: create {str(self.path.parent)!r} '
+                             f'first')
         try:
             self._writer = Writer(self.path, version=Writer.VERSION_LATEST,
                                   storage_plugin=StoragePlugin[self.storage.name])

@@ -198,6 +198,10 @@ def message_sample(direction: Direction, seq: int, send_s: float, arrivals: Sequ
     return Sample(int(direction), seq, _ns(send_s), received, size_bytes, not arrivals)
 
 
+MAX_SYNTH_MESSAGES = 2_000_000
+"""Most observations ``synth_trace`` sends (a trace holds about 200 bytes per message and direction)."""
+
+
 def synth_trace(profile: Profile, duration_s: float, dt_s: float = 0.02, seed: int = 0,
                 size_bytes: int = 64) -> Trace:
     """A trace of ``profile``: an observation every dt_s for duration_s over the uplink; each
@@ -205,6 +209,9 @@ def synth_trace(profile: Profile, duration_s: float, dt_s: float = 0.02, seed: i
     ``sample_e2e``). Duplicates count once, at their first arrival."""
     if not (duration_s > 0 and dt_s > 0):
         raise ConfigError(f'synth_trace: duration_s and dt_s must be > 0, got {duration_s} and {dt_s}')
+    if duration_s / dt_s > MAX_SYNTH_MESSAGES:
+        raise ConfigError(f'synth_trace: {duration_s:g} s at one message every {dt_s:g} s is more than '
+                          f'{MAX_SYNTH_MESSAGES} messages: shorten the duration or raise dt')
     uplink, downlink = profile.make_links(np.random.default_rng(seed))
     samples, answered = [], []
     for k in range(max(1, int(round(duration_s / dt_s)))):

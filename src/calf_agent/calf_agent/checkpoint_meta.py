@@ -1,0 +1,122 @@
+"""The schema of a checkpoint's ``meta.json``: types and sane bounds, checked before anything is built.
+
+``check_meta`` runs on the parsed JSON. It checks the fields CALF reads (``env``, ``agent``,
+``representation``, ``plan_horizon``, ``start_plan``, ``seed``, ``steps``) and leaves other keys
+alone, so that newer fields load in older readers. Sizes are bounded so that no meta.json can
+make the loader allocate more than ``MAX_PARAMETERS`` floats; the weights file is then compared
+with an agent built on torch's ``meta`` device, which allocates nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from calf_agent.errors import CheckpointError
+
+MAX_OBS_DIM = 1 << 20
+MAX_ACTIONS = 4096
+MAX_PLAN_HORIZON = 1024
+MAX_LAYERS = 16
+MAX_WIDTH = 16384
+MAX_FRAMES = 256
+MAX_ACTION_HISTORY = 1024
+MAX_PARAMETERS = 1 << 26
+"""Most weights (float32: 256 MiB) a checkpoint may describe."""
+MAX_INT = (1 << 63) - 1
+
+# Agent spec fields that are sizes: (lowest, highest).
+SPEC_SIZES: dict[str, tuple[int, int]] = {
+    'obs_dim': (1, MAX_OBS_DIM), 'n_actions': (1, MAX_ACTIONS), 'plan_horizon': (1, MAX_PLAN_HORIZON),
+    'lstm_size': (1, MAX_WIDTH), 'lead': (0, MAX_PLAN_HORIZON - 1),
+}
+
+
+def check_meta(meta: Mapping[str, Any], where: str) -> None:
+    """Raise CheckpointError (one line, naming the field) unless ``meta`` fits the schema."""
+    for key, check in TOP_LEVEL.items():
+        if key in meta:
+            check(meta[key], key)
+        elif key in REQUIRED:
+            raise _Bad(f'has no {key!r}')
+    _check_spec(meta['agent'], 'agent')
+
+
+class _Bad(CheckpointError):
+    """A schema violation; the loader prefixes the file and appends the remedy."""
+
+
+def _int(value: Any, name: str, low: int = -MAX_INT, high: int = MAX_INT) -> int:
+    """``value`` as an int in [low, high], or _Bad naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f'{name} must be an integer, got {_short(value)}')
+    if not low <= value <= high:
+        raise _Bad(f'{name} must be in [{low}, {high}], got {_short(value)}')
+    return value
+
+
+def _str(value: Any, name: str) -> None:
+    if not isinstance(value, str) or not 0 < len(value) <= 256:
+        raise _Bad(f'{name} must be a non-empty string of at most 256 characters, got {_short(value)}')
+
+
+def _representation(value: Any, name: str) -> None:
+    if not isinstance(value, dict):
+        raise _Bad(f'{name} must be an object like {{"frames": 1, "actions": 0}}, got {_short(value)}')
+    _int(value.get('frames', 1), f'{name}.frames', 1, MAX_FRAMES)
+    _int(value.get('actions', 0), f'{name}.actions', 0, MAX_ACTION_HISTORY)
+    if not isinstance(value.get('obs_age', False), bool):
+        raise _Bad(f'{name}.obs_age must be true or false, got {_short(value["obs_age"])}')
+    extra = sorted(set(value) - {'frames', 'actions', 'obs_age'})
+    if extra:
+        raise _Bad(f'{name} has unknown fields {extra}')
+
+
+def _plan(value: Any, name: str) -> None:
+    if not isinstance(value, list) or len(value) > MAX_PLAN_HORIZON:
+        raise _Bad(f'{name} must be a list of at most {MAX_PLAN_HORIZON} actions, got {_short(value)}')
+    for i, action in enumerate(value):
+        _int(action, f'{name}[{i}]', 0, MAX_ACTIONS - 1)
+
+
+def _hidden(value: Any, name: str) -> None:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_LAYERS:
+        raise _Bad(f'{name} must be a list of 1 to {MAX_LAYERS} layer widths, got {_short(value)}')
+    for i, width in enumerate(value):
+        _int(width, f'{name}[{i}]', 1, MAX_WIDTH)
+
+
+def _check_spec(spec: Any, name: str) -> None:
+    """An agent spec: a ``kind``, bounded sizes, and nested specs (a planner's base and model)."""
+    if not isinstance(spec, dict):
+        raise _Bad(f'{name} must be an object (the agent spec), got {_short(spec)}')
+    if 'kind' in spec or name == 'agent':
+        _str(spec.get('kind'), f'{name}.kind')
+    for key, value in spec.items():
+        field = f'{name}.{key}'
+        if key in SPEC_SIZES:
+            _int(value, field, *SPEC_SIZES[key])
+        elif key == 'hidden':
+            _hidden(value, field)
+        elif key == 'start_plan':
+            _plan(value, field)
+        elif isinstance(value, dict):
+            _check_spec(value, field)
+
+
+TOP_LEVEL: dict[str, Callable[[Any, str], Any]] = {
+    'env': _str,
+    'agent': lambda value, name: None,  # checked last, as a whole
+    'representation': _representation,
+    'plan_horizon': lambda value, name: _int(value, name, 1, MAX_PLAN_HORIZON),
+    'start_plan': _plan,
+    'seed': _int,
+    'steps': lambda value, name: _int(value, name, 0),
+}
+REQUIRED = ('env', 'agent')
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, cut to 60 characters (a giant value stays one short line)."""
+    big = isinstance(value, int) and value.bit_length() > 64
+    text = f'an integer of {value.bit_length()} bits' if big else repr(value)
+    return text if len(text) <= 60 else text[:57] + '...'

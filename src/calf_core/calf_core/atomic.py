@@ -1,0 +1,77 @@
+"""Atomic file writes: a reader sees the old file or the new one, never a torn mix.
+
+Each write goes to a temporary file beside the target, is flushed to disk, then renamed over
+the target (``os.replace`` is atomic on POSIX). A crash leaves at most a ``.*.tmp`` file behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from calf_core.errors import ConfigError
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically."""
+    with replacing(path, 'wb') as stream:
+        stream.write(data)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` by UTF-8 ``text`` atomically."""
+    write_bytes(path, text.encode('utf-8'))
+
+
+@contextlib.contextmanager
+def replacing(path: Path, mode: str = 'w', **open_args: object) -> Iterator[IO]:
+    """Open a temporary file that replaces ``path`` when the block ends without an exception.
+
+    If the block raises (or the process dies), ``path`` keeps its old content and the temporary
+    file is removed (or, after a kill, left as ``.<name>.*.tmp``).
+    """
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
+    except OSError as err:
+        raise ConfigError(f'cannot write {str(path)!r}: {err.strerror} (its directory must exist and be writable)'
+                          ) from None
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, mode, **open_args) as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _sync_dir(path.parent)
+
+
+def make_out_dir(path: Path, what: str = 'output directory') -> Path:
+    """Create ``path`` itself (it may exist); its parent must already exist (one-line ConfigError)."""
+    path = Path(path).expanduser()
+    if not path.parent.is_dir():
+        raise ConfigError(f'the parent of {what} {str(path)!r} does not exist: create {str(path.parent)!r} first')
+    try:
+        path.mkdir(exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f'{what} {str(path)!r} exists and is not a directory: choose another path') from None
+    except OSError as err:
+        raise ConfigError(f'cannot create {what} {str(path)!r}: {err.strerror}') from None
+    return path
+
+
+def _sync_dir(directory: Path) -> None:
+    """Flush a directory entry change (the rename) to disk, where the OS allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
