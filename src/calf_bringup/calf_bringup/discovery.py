@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import stat
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from ament_index_python.packages import (
     get_package_share_directory,
 )
 
+from calf_core import atomic
 from calf_core.errors import ConfigError
 
 PEERS_PREFIX = 'peers:'
@@ -58,16 +60,47 @@ def render_static_peers(peers: Sequence[str], template: str) -> str:
 
 
 def write_static_peers(peers: Sequence[str], directory: Path | None = None) -> Path:
-    """Write the profile for ``peers`` into ``directory`` (default: this user's ``calf-UID`` temp dir); its path."""
+    """Write the profile for ``peers`` into ``directory`` (default: ``private_dir()``); its path."""
     text = render_static_peers(peers, template_path().read_text(encoding='utf-8'))
-    directory = directory or Path(tempfile.gettempdir()) / f'calf-{os.getuid()}'
+    directory = directory or private_dir()
     path = directory / f'fastdds_static_peers-{hashlib.sha256(text.encode()).hexdigest()[:12]}.xml'
-    if not path.is_file():
+    if not (path.is_file() and path.read_text(encoding='utf-8') == text):
         directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f'.{path.name}.{os.getpid()}')
-        partial.write_text(text, encoding='utf-8')
-        partial.replace(path)  # atomic: a node starting meanwhile never reads half a file
+        atomic.write_text(path, text)  # a node starting meanwhile never reads half a file
     return path
+
+
+def private_dir() -> Path:
+    """This user's directory for generated DDS profiles, created 0700; ConfigError if it is not private.
+
+    ``$XDG_RUNTIME_DIR/calf`` when the session has a runtime dir, else ``<tmp>/calf-<uid>``. An existing
+    directory is used only if it is a real directory (not a symlink) owned by this user and closed to
+    group and others, since the profiles it holds decide whom the nodes talk to.
+    """
+    runtime = os.environ.get('XDG_RUNTIME_DIR', '')
+    if runtime and _is_private(Path(runtime)):
+        path = Path(runtime) / 'calf'
+    else:
+        path = Path(tempfile.gettempdir()) / f'calf-{os.getuid()}'
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise ConfigError(f'cannot create {str(path)!r}: {err.strerror}') from None
+    if not _is_private(path):
+        raise ConfigError(f'{str(path)!r} is not a private directory of this user (a symlink, another owner, or '
+                          f'open to group or others): remove it, or set XDG_RUNTIME_DIR')
+    return path
+
+
+def _is_private(path: Path) -> bool:
+    """Is ``path`` a directory (not a symlink) owned by this user with no group or other access?"""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def template_path() -> Path:

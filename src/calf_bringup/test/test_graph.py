@@ -100,6 +100,7 @@ def initial_peers(xml: str) -> list[str]:
 
 def test_discovery_peers_writes_a_static_peers_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    monkeypatch.delenv('XDG_RUNTIME_DIR', raising=False)
     nodes = build_graph(RunOptions.of('edge_sim', network='wifi_normal', policy='/ckpt',
                                        discovery='peers:10.0.0.1, 10.0.0.2'))
     env = nodes[0].additional_env

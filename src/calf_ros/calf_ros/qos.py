@@ -44,20 +44,29 @@ RESULTS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
 """Episode results and link stats: reliable, so that evaluation counts every episode."""
 
 _FIELDS = tuple(f.name for f in fields(QosConfig))
+MAX_DEPTH = 10_000
+"""Deepest history a configured QoS may keep (messages per topic)."""
 
 
 def parse_qos(value: Any, defaults: QosConfig = STREAM) -> QosConfig:
     """`{reliability, durability, depth}`, each optional (missing ones from `defaults`)."""
     if not isinstance(value, dict) or set(value) - set(_FIELDS):
-        raise ConfigError(f'qos must be a mapping with keys among {", ".join(_FIELDS)}, got {value!r}')
+        raise ConfigError(f'qos must be a mapping with keys among {", ".join(_FIELDS)}, got {_short(value)}')
     qos = replace(defaults, **value)
-    if qos.reliability not in _RELIABILITY:
-        raise ConfigError(f'qos reliability must be one of {", ".join(_RELIABILITY)}, got {qos.reliability!r}')
-    if qos.durability not in _DURABILITY:
-        raise ConfigError(f'qos durability must be one of {", ".join(_DURABILITY)}, got {qos.durability!r}')
-    if isinstance(qos.depth, bool) or not isinstance(qos.depth, int) or qos.depth < 1:
-        raise ConfigError(f'qos depth must be an integer >= 1, got {qos.depth!r}')
+    if not isinstance(qos.reliability, str) or qos.reliability not in _RELIABILITY:
+        raise ConfigError(f'qos reliability must be one of {", ".join(_RELIABILITY)}, got {_short(qos.reliability)}')
+    if not isinstance(qos.durability, str) or qos.durability not in _DURABILITY:
+        raise ConfigError(f'qos durability must be one of {", ".join(_DURABILITY)}, got {_short(qos.durability)}')
+    if isinstance(qos.depth, bool) or not isinstance(qos.depth, int) or not 1 <= qos.depth <= MAX_DEPTH:
+        raise ConfigError(f'qos depth must be an integer in [1, {MAX_DEPTH}], got {_short(qos.depth)}')
     return qos
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, at most 60 characters."""
+    text = f'an integer of {value.bit_length()} bits' if isinstance(value, int) and value.bit_length() > 64 \
+        else repr(value)
+    return text if len(text) <= 60 else text[:57] + '...'
 
 
 def mirror_qos(offered: Sequence[tuple[str, str]], depth: int = 10) -> QosConfig:

@@ -45,7 +45,7 @@ from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, QosConfig, mirror_qos
-from calf_shim.relay import Relay, ReleaseThread
+from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay, ReleaseThread
 from calf_shim.shim_node import _now_s, _received_s
 from calf_shim.topic_relay_config import Endpoint, RelayEntry, check_types, load_relay_config
 
@@ -54,6 +54,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'seed': (0, 'seed of the network models\' random generator (one child generator per entry)'),
     'time_scale': (1.0, 'divides every model delay: release = receive + delay / time_scale'),
     'queue_capacity': (1000, 'messages in flight per entry; more are tail-dropped (dropped_queue)'),
+    'queue_bytes': (DEFAULT_CAPACITY_BYTES, 'bytes in flight per entry; more are tail-dropped (dropped_queue)'),
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
     'discovery_period_s': (0.5, 'period of the graph checks: QoS mirroring and type mismatches (seconds)'),
     'trace_bag': ('', 'bag to create (must not exist) with one TraceSample per relayed message; empty: no trace'),
@@ -71,6 +72,7 @@ class GenericShimConfig:
     seed: int
     time_scale: float
     queue_capacity: int
+    queue_bytes: int
     stats_period_s: float
     discovery_period_s: float
     trace_bag: str
@@ -113,7 +115,8 @@ class GenericShimNode(Node):
         rngs = np.random.default_rng(cfg.seed).spawn(len(cfg.entries))
         self.routes = [_Route(self, i, entry) for i, entry in enumerate(cfg.entries)]
         self.releaser = ReleaseThread([
-            (Relay(entry.profile.make_links(rng)[entry.direction], cfg.queue_capacity, cfg.time_scale), route.send)
+            (Relay(entry.profile.make_links(rng)[entry.direction], cfg.queue_capacity, cfg.time_scale,
+                   capacity_bytes=cfg.queue_bytes), route.send)
             for entry, rng, route in zip(cfg.entries, rngs, self.routes)], clock=_now_s)
         self._trace: TraceBagWriter | None = None
         self._check_graph()

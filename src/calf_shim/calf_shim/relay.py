@@ -11,7 +11,8 @@ faster. `Relay` is not thread safe; `ReleaseThread` calls it under one lock.
 Drops are counted apart: `dropped_injected` holds everything the network model discards on
 purpose (loss models and the bandwidth model's own queue); `dropped_queue` holds tail drops of
 the relay's in-flight queue (such a message never reaches the link), which means the shim
-itself was overloaded.
+itself was overloaded. The queue is bounded twice: by `capacity` copies and by `capacity_bytes`
+bytes in flight, so that large messages cannot grow the shim's memory past the byte budget.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ import numpy as np
 from calf_core.errors import ConfigError
 from calf_core.link import Link
 
+DEFAULT_CAPACITY_BYTES = 64 * 1024 * 1024
+"""Bytes in flight per relay before tail drops (the count bound alone lets large messages use gigabytes)."""
+
 
 @dataclass
 class RelayCounters:
@@ -37,24 +41,27 @@ class RelayCounters:
     received: int = 0  # messages submitted
     delivered: int = 0  # copies handed out by due()
     dropped_injected: int = 0  # copies the network model dropped
-    dropped_queue: int = 0  # copies tail-dropped because capacity copies were already in flight
+    dropped_queue: int = 0  # copies tail-dropped because the queue's count or byte budget was full
 
 
 class Relay:
     """A bounded queue of in-flight messages, each with a release time computed by a Link."""
 
-    def __init__(self, link: Link, capacity: int, time_scale: float = 1.0, window: int = 10_000) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ConfigError(f"queue capacity must be an integer >= 1, got {capacity!r}")
+    def __init__(self, link: Link, capacity: int, time_scale: float = 1.0, window: int = 10_000,
+                 capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
+        for name, value in (('queue capacity', capacity), ('queue byte budget', capacity_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         if not (isinstance(time_scale, (int, float)) and math.isfinite(time_scale) and time_scale > 0):
             raise ConfigError(f"time_scale must be a finite number > 0, got {time_scale!r}")
         if window < 1:
             raise ConfigError(f"latency window must be >= 1, got {window!r}")
         self.link = link
-        self.capacity = capacity
+        self.capacity, self.capacity_bytes = capacity, capacity_bytes
+        self.bytes_in_flight = 0
         self.time_scale = float(time_scale)
         self.counters = RelayCounters()
-        self._heap: list[tuple[float, int, float, Any]] = []  # (release_s, order, submit_s, item)
+        self._heap: list[tuple[float, int, float, int, Any]] = []  # (release_s, order, submit_s, size, item)
         self._order = itertools.count()
         self._latencies_s: deque[float] = deque(maxlen=window)
         self._last_submit_s = -math.inf
@@ -67,7 +74,8 @@ class Relay:
         """
         now_s = self._last_submit_s = max(now_s, self._last_submit_s)
         self.counters.received += 1
-        if len(self._heap) >= self.capacity:
+        size_bytes = max(int(size_bytes), 0)
+        if len(self._heap) >= self.capacity or self.bytes_in_flight + size_bytes > self.capacity_bytes:
             self.counters.dropped_queue += 1
             return []
         before = self.link.stats.dropped_injected + self.link.stats.dropped_queue
@@ -75,17 +83,19 @@ class Relay:
         arrivals = self.link.transmit(send_model_s, size_bytes)
         self.counters.dropped_injected += self.link.stats.dropped_injected + self.link.stats.dropped_queue - before
         releases = [now_s + (arrive - send_model_s) / self.time_scale for arrive in arrivals]
-        room = self.capacity - len(self._heap)
+        room = min(self.capacity - len(self._heap), (self.capacity_bytes - self.bytes_in_flight) // max(size_bytes, 1))
         self.counters.dropped_queue += max(len(releases) - room, 0)
         for release_s in releases[:room]:
-            heapq.heappush(self._heap, (release_s, next(self._order), now_s, item))
+            heapq.heappush(self._heap, (release_s, next(self._order), now_s, size_bytes, item))
+            self.bytes_in_flight += size_bytes
         return releases[:room]
 
     def due(self, now_s: float) -> list[Any]:
         """Pop every copy whose release time is <= now_s, in release order (ties: submit order)."""
         out = []
         while self._heap and self._heap[0][0] <= now_s:
-            release_s, _, submit_s, item = heapq.heappop(self._heap)
+            release_s, _, submit_s, size_bytes, item = heapq.heappop(self._heap)
+            self.bytes_in_flight -= size_bytes
             self._latencies_s.append(release_s - submit_s)
             out.append(item)
         self.counters.delivered += len(out)

@@ -32,7 +32,7 @@ from calf_ros.conversions import time_msg
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, STREAM, QosConfig
-from calf_shim.relay import Relay, ReleaseThread
+from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay, ReleaseThread
 
 UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread
 MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
@@ -43,6 +43,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'seed': (0, 'seed of the network models\' random generator'),
     'time_scale': (1.0, 'divides every model delay: release = receive + delay / time_scale'),
     'queue_capacity': (1000, 'messages in flight per direction; more are tail-dropped (dropped_queue)'),
+    'queue_bytes': (DEFAULT_CAPACITY_BYTES, 'bytes in flight per direction; more are tail-dropped (dropped_queue)'),
     'edge_reliability': (STREAM.reliability, 'QoS reliability on edge/*: best_effort or reliable'),
     'edge_durability': (STREAM.durability, 'QoS durability on edge/*: volatile or transient_local'),
     'edge_depth': (STREAM.depth, 'QoS history depth on edge/*'),
@@ -63,6 +64,7 @@ class ShimConfig:
     seed: int
     time_scale: float
     queue_capacity: int
+    queue_bytes: int
     edge_qos: QosConfig
     desktop_qos: QosConfig
     stats_period_s: float
@@ -72,7 +74,7 @@ class ShimConfig:
     def from_node(cls, node: Node) -> ShimConfig:
         """Declare every parameter on `node`, read them once and validate them."""
         p = declare_parameters(node, PARAMETERS, writable=('network',))
-        config = cls(p['network'], p['seed'], p['time_scale'], p['queue_capacity'],
+        config = cls(p['network'], p['seed'], p['time_scale'], p['queue_capacity'], p['queue_bytes'],
                      QosConfig(p['edge_reliability'], p['edge_durability'], p['edge_depth']),
                      QosConfig(p['desktop_reliability'], p['desktop_durability'], p['desktop_depth']),
                      p['stats_period_s'], p['realtime_priority'])
@@ -115,9 +117,9 @@ class ShimNode(Node):
         uplink, downlink = load_profile(cfg.network).make_links(self._rng)
         edge, desktop = cfg.edge_qos.profile(), cfg.desktop_qos.profile()
         self.releaser = ReleaseThread([
-            (Relay(uplink, cfg.queue_capacity, cfg.time_scale),
+            (Relay(uplink, cfg.queue_capacity, cfg.time_scale, capacity_bytes=cfg.queue_bytes),
              self.create_publisher(Observation, 'desktop/observation', desktop).publish),
-            (Relay(downlink, cfg.queue_capacity, cfg.time_scale),
+            (Relay(downlink, cfg.queue_capacity, cfg.time_scale, capacity_bytes=cfg.queue_bytes),
              self.create_publisher(Action, 'edge/action', edge).publish),
         ], clock=_now_s)
         self.dropped_middleware = [0, 0]

@@ -67,7 +67,7 @@ def load_relay_config(path: str | Path) -> list[RelayEntry]:
 def parse_relay_config(data: Any, base_dir: Path, source: str = 'relay config') -> list[RelayEntry]:
     """Validate parsed YAML: a non-empty list of entries with distinct topics."""
     if not isinstance(data, list) or not data:
-        raise ConfigError(f'{source}: must be a non-empty YAML list of topic entries, got {data!r}')
+        raise ConfigError(f'{source}: must be a non-empty YAML list of topic entries, got {type(data).__name__}')
     entries = []
     for i, item in enumerate(data):
         where = f'{source} entry {i}'
@@ -84,7 +84,7 @@ def parse_relay_config(data: Any, base_dir: Path, source: str = 'relay config') 
 def parse_entry(item: Any, base_dir: Path) -> RelayEntry:
     """Validate one entry; a relative profile path is taken relative to `base_dir`."""
     if not isinstance(item, dict):
-        raise ConfigError(f'must be a mapping with keys {", ".join(ENTRY_KEYS)}, got {item!r}')
+        raise ConfigError(f'must be a mapping with keys {", ".join(ENTRY_KEYS)}, got {type(item).__name__}')
     unknown = sorted(set(item) - set(ENTRY_KEYS))
     missing = [key for key in ENTRY_KEYS if key not in item and key not in OPTIONAL_KEYS]
     if unknown or missing:
@@ -107,20 +107,20 @@ def check_types(expected: str, endpoints: Iterable[Endpoint]) -> None:
 
 def _topic(key: str, value: Any) -> str:
     if not isinstance(value, str) or not _TOPIC.match(value):
-        raise ConfigError(f'{key} must be a ROS topic name such as /cmd_vel, got {value!r}')
+        raise ConfigError(f'{key} must be a ROS topic name such as /cmd_vel, got {repr(value)[:60]}')
     return value
 
 
 def _direction(value: Any) -> Direction:
     names = [d.name.lower() for d in Direction]
     if value not in names:
-        raise ConfigError(f'direction must be one of {", ".join(names)}, got {value!r}')
+        raise ConfigError(f'direction must be one of {", ".join(names)}, got {repr(value)[:60]}')
     return Direction[value.upper()]
 
 
 def _profile(value: Any, base_dir: Path) -> Profile:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f'profile must be a profile name or a YAML path, got {value!r}')
+        raise ConfigError(f'profile must be a profile name or a YAML path, got {repr(value)[:60]}')
     path = Path(value).expanduser()
     if path.suffix in ('.yaml', '.yml') and not path.is_absolute():
         path = base_dir / path
