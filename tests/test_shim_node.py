@@ -192,7 +192,7 @@ def test_injected_losses_are_counted_in_link_stats(graph: Graph, tmp_path: Path)
 
 def test_bad_runtime_profile_is_rejected_and_the_old_one_kept(graph: Graph, tmp_path: Path) -> None:
     first = write_profile(tmp_path, 'first', fixed(30.0))
-    shim = graph.start_shim(network=first)
+    shim = graph.start_shim(network=first, profile_dir=str(tmp_path))
     client = graph.client('uplink')
     client.wait_for_path()
     bad_yaml = write_profile(tmp_path, 'negative', fixed(-5.0))

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from calf_agent.errors import CheckpointError
+from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON
 
-MAX_OBS_DIM = 1 << 20
+MAX_OBS_DIM = MAX_OBS_VALUES
 MAX_ACTIONS = 4096
-MAX_PLAN_HORIZON = 1024
 MAX_LAYERS = 16
 MAX_WIDTH = 16384
 MAX_FRAMES = 256

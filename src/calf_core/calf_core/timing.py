@@ -265,24 +265,53 @@ def _valid_plan(plan: Sequence[Any], n_actions: int) -> bool:
     return len(plan) > 0
 
 
+MAX_EPISODE_JUMP = 100
+"""Largest episode step within one env run that the gate takes at once (more needs confirming)."""
+CONFIRMATIONS = 3
+"""Observations, in rising seq, that a far episode jump needs while the current episode is silent."""
+
+
 @dataclass
 class ObservationGate:
-    """Policy-side rule: act only on observations newer than the last one acted on."""
+    """Policy-side rule: act only on observations newer than the last one acted on.
+
+    A different ``run`` id means the env side restarted: it is followed at once. Within one run, a
+    newer seq or an episode up to ``MAX_EPISODE_JUMP`` ahead is taken at once; an episode further
+    ahead is taken only once ``CONFIRMATIONS`` observations of it have arrived, in rising seq, with
+    nothing admitted from the current episode in between. A single forged observation (episode
+    2**32-1) therefore cannot make every later one look old. ``anomalies`` counts the observations
+    of far jumps (``episode_jump``) and of run changes after the first run (``run_change``).
+    """
 
     episode: int = -1
     last_seq: int = -1
     run: int = 0
+    anomalies: dict[str, int] = field(default_factory=dict)
+    _jump: tuple[int, int, int] | None = None  # a far episode seen: (episode, last seq, observations)
 
     def admit(self, episode: int, seq: int, run: int = 0) -> bool:
-        """True if (episode, seq) is newer than anything acted on; records it.
-
-        A different ``run`` id means the env side restarted: its first observation is admitted.
-        """
-        newer = episode > self.episode or (episode == self.episode and seq > self.last_seq)
-        if newer or run != self.run:
-            self.episode, self.last_seq, self.run = episode, seq, run
-            return True
-        return False
+        """True if (episode, seq) is newer than anything acted on; records it."""
+        if run != self.run:
+            if self.episode >= 0:
+                self._count('run_change')
+        elif self.episode >= 0 and episode > self.episode + MAX_EPISODE_JUMP:
+            if not self._confirmed(episode, seq):
+                return False
+        elif not (episode > self.episode or (episode == self.episode and seq > self.last_seq)):
+            return False
+        self.episode, self.last_seq, self.run, self._jump = episode, seq, run, None
+        return True
 
     def is_new_episode(self, episode: int) -> bool:
         return episode != self.episode
+
+    def _confirmed(self, episode: int, seq: int) -> bool:
+        """Count one observation of a far episode; True once it has enough confirmations."""
+        self._count('episode_jump')
+        jump = self._jump
+        count = jump[2] + 1 if jump is not None and jump[0] == episode and seq > jump[1] else 1
+        self._jump = (episode, seq, count)
+        return count >= CONFIRMATIONS
+
+    def _count(self, kind: str) -> None:
+        self.anomalies[kind] = self.anomalies.get(kind, 0) + 1

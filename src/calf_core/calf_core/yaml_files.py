@@ -39,7 +39,7 @@ def parse_yaml(text: str, where: str) -> Any:
         _check_expansion(node, where)
         return loader.construct_document(node)
     except yaml.YAMLError as err:
-        raise ConfigError(f'{where} is not valid YAML: {_one_line(err)}') from None
+        raise ConfigError(f'{where} is not valid YAML: {_describe(err)}') from None
     except _TooDeep:
         raise ConfigError(f'{where} nests deeper than {MAX_DEPTH} levels: flatten it') from None
     except RecursionError:
@@ -138,6 +138,17 @@ def _depth(value: Any) -> int:
 def _no_constant(name: str) -> Any:
     """JSON's NaN and Infinity are not JSON: refuse them."""
     raise ValueError(f'{name} is not a JSON number')
+
+
+def _describe(err: yaml.YAMLError) -> str:
+    """The problem and its line and column, without PyYAML's quote of the offending text."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem:
+        mark = err.problem_mark
+        where = f' at line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ''
+        return f'{" ".join(err.problem.split())}{where}'
+    if isinstance(err, yaml.reader.ReaderError):
+        return f'unacceptable character #x{err.character:04x} at position {err.position}'
+    return _one_line(err)
 
 
 def _one_line(err: BaseException) -> str:

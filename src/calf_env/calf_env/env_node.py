@@ -30,6 +30,7 @@ from rclpy.node import Node
 
 from calf_core.envs import make_stepper
 from calf_core.errors import MessageError
+from calf_core.limits import add_count, saturate
 from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
@@ -169,15 +170,15 @@ class EnvNode(Node):
         self.verdicts[verdict] += 1
 
     def _on_lost(self, info: QoSMessageLostInfo) -> None:
-        self.dropped_middleware += info.total_count_change
+        self.dropped_middleware = add_count(self.dropped_middleware, info.total_count_change)
 
     def _publish_stats(self) -> None:
         """Counters since the start; latency percentiles over the actions since the last report."""
         with self._lock:
             window, self._window = self._window, []
         msg = LinkStats(seq=next(self._stats_seq), reporter=self.get_fully_qualified_name(),
-                        direction=LinkStats.DIRECTION_END_TO_END, received=self.actions_received,
-                        delivered=self.verdicts[Verdict.ACCEPTED], rejected=self.rejected,
+                        direction=LinkStats.DIRECTION_END_TO_END, received=saturate(self.actions_received),
+                        delivered=saturate(self.verdicts[Verdict.ACCEPTED]), rejected=saturate(self.rejected),
                         dropped_middleware=self.dropped_middleware)
         percentiles = np.percentile(window, (50, 95, 99)) if window else (np.nan,) * 3
         msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = (float(v) for v in percentiles)

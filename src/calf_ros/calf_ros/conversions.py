@@ -4,6 +4,7 @@ Every check raises ``MessageError`` with a one-line reason; nodes count and log 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -11,6 +12,7 @@ import numpy as np
 from builtin_interfaces.msg import Time
 
 from calf_core.errors import MessageError
+from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON
 from calf_core.timing import EpisodeSummary, ObsRecord
 from calf_msgs.msg import Action, EpisodeResult, Observation
 
@@ -54,10 +56,13 @@ def obs_to_msg(record: ObsRecord, stamp_ns: int, run: int = 0) -> Observation:
 
 def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
     """Validate an Observation: length, shape and finite values."""
+    if len(msg.data) > MAX_OBS_VALUES or len(msg.shape) > 32:
+        raise MessageError(f'observation seq {msg.seq}: {len(msg.data)} values in {len(msg.shape)} dimensions is '
+                           f'more than any policy reads ({MAX_OBS_VALUES} values, 32 dimensions)')
     data = np.asarray(msg.data, dtype=np.float32)
     if data.size != expected_size:
         raise MessageError(f'observation seq {msg.seq}: expected {expected_size} values, got {data.size}')
-    if msg.shape and int(np.prod(msg.shape)) != data.size:
+    if msg.shape and math.prod(int(n) for n in msg.shape) != data.size:
         raise MessageError(f'observation seq {msg.seq}: shape {list(msg.shape)} does not hold {data.size} values')
     if not np.all(np.isfinite(data)):
         raise MessageError(f'observation seq {msg.seq}: contains NaN or infinite values')
@@ -78,6 +83,9 @@ def plan_to_msg(obs: ReceivedObservation, plan: Sequence[int], source: str, comp
 
 def msg_to_plan(msg: Action, n_actions: int) -> ReceivedAction:
     """Validate an Action: every planned action must be in range."""
+    if len(msg.discrete_plan) > MAX_PLAN_HORIZON:
+        raise MessageError(f'action for obs {msg.obs_seq}: a plan of {len(msg.discrete_plan)} actions is longer than '
+                           f'any plan horizon ({MAX_PLAN_HORIZON})')
     plan = list(msg.discrete_plan) or [msg.discrete]
     bad = [a for a in plan if not 0 <= a < n_actions]
     if bad:

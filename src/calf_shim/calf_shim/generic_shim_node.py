@@ -38,6 +38,7 @@ from rclpy.topic_endpoint_info import TopicEndpointInfo
 
 from calf_core.bags import TRACE_TOPIC, TraceBagWriter
 from calf_core.errors import ConfigError
+from calf_core.limits import add_count, saturate
 from calf_core.traces import message_sample
 from calf_msgs.msg import LinkStats
 from calf_ros.conversions import time_msg
@@ -170,7 +171,7 @@ class GenericShimNode(Node):
         route.publisher = self.create_publisher(route.msg_type, route.out_name, profile)
 
         def on_lost(info: QoSMessageLostInfo) -> None:
-            route.dropped_middleware += info.total_count_change
+            route.dropped_middleware = add_count(route.dropped_middleware, info.total_count_change)
 
         def on_message(data: bytes, info: dict) -> None:
             received_s = _received_s(info)
@@ -199,9 +200,10 @@ class GenericShimNode(Node):
         stamp = time_msg(self.get_clock().now().nanoseconds)
         for route in self.routes:
             c, latency_ms = self.releaser.stats(route.index)
-            msg = LinkStats(seq=self._stats_seq, reporter=route.in_name, direction=int(route.entry.direction),
-                            received=c.received, delivered=c.delivered, dropped_injected=c.dropped_injected,
-                            dropped_queue=c.dropped_queue, dropped_middleware=route.dropped_middleware)
+            msg = LinkStats(seq=saturate(self._stats_seq), reporter=route.in_name, direction=int(route.entry.direction),
+                            received=saturate(c.received), delivered=saturate(c.delivered),
+                            dropped_injected=saturate(c.dropped_injected), dropped_queue=saturate(c.dropped_queue),
+                            dropped_middleware=route.dropped_middleware)
             msg.header.stamp = stamp
             msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
             self._stats_seq += 1

@@ -26,6 +26,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 
 from calf_core.errors import CalfError, ConfigError
+from calf_core.limits import add_count, saturate
 from calf_core.profiles import load_profile
 from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.conversions import time_msg
@@ -33,6 +34,7 @@ from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, STREAM, QosConfig
 from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay, ReleaseThread
+from calf_shim.runtime_network import check_runtime_network
 
 UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread
 MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
@@ -40,6 +42,8 @@ MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'network': ('sim_clean', 'network profile name (calf_bringup/config) or path to a profile YAML; '
                 'may be changed at runtime'),
+    'profile_dir': ('', 'directory whose profile YAMLs a runtime change of network may name (relative names '
+                    'resolve inside it); empty: built-in profile names only'),
     'seed': (0, 'seed of the network models\' random generator'),
     'time_scale': (1.0, 'divides every model delay: release = receive + delay / time_scale'),
     'queue_capacity': (1000, 'messages in flight per direction; more are tail-dropped (dropped_queue)'),
@@ -61,6 +65,7 @@ class ShimConfig:
     """The shim's parameters, read once at start-up."""
 
     network: str
+    profile_dir: str
     seed: int
     time_scale: float
     queue_capacity: int
@@ -74,7 +79,7 @@ class ShimConfig:
     def from_node(cls, node: Node) -> ShimConfig:
         """Declare every parameter on `node`, read them once and validate them."""
         p = declare_parameters(node, PARAMETERS, writable=('network',))
-        config = cls(p['network'], p['seed'], p['time_scale'], p['queue_capacity'], p['queue_bytes'],
+        config = cls(p['network'], p['profile_dir'], p['seed'], p['time_scale'], p['queue_capacity'], p['queue_bytes'],
                      QosConfig(p['edge_reliability'], p['edge_durability'], p['edge_depth']),
                      QosConfig(p['desktop_reliability'], p['desktop_durability'], p['desktop_depth']),
                      p['stats_period_s'], p['realtime_priority'])
@@ -136,7 +141,7 @@ class ShimNode(Node):
     def _subscribe(self, msg_type: type, topic: str, qos: QoSProfile, index: int) -> None:
         """Subscribe raw (bytes, relayed unparsed); count middleware losses where the RMW reports them."""
         def on_lost(info: QoSMessageLostInfo) -> None:
-            self.dropped_middleware[index] += info.total_count_change
+            self.dropped_middleware[index] = add_count(self.dropped_middleware[index], info.total_count_change)
 
         def on_message(data: bytes, info: dict) -> None:
             self.releaser.submit(index, data, len(data), _received_s(info))
@@ -153,9 +158,10 @@ class ShimNode(Node):
         stamp = time_msg(self.get_clock().now().nanoseconds)
         for index, direction in enumerate((LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)):
             c, latency_ms = self.releaser.stats(index)
-            msg = LinkStats(seq=self._stats_seq, reporter=self.get_name(), direction=direction,
-                            received=c.received, delivered=c.delivered, dropped_injected=c.dropped_injected,
-                            dropped_queue=c.dropped_queue, dropped_middleware=self.dropped_middleware[index])
+            msg = LinkStats(seq=saturate(self._stats_seq), reporter=self.get_name(), direction=direction,
+                            received=saturate(c.received), delivered=saturate(c.delivered),
+                            dropped_injected=saturate(c.dropped_injected), dropped_queue=saturate(c.dropped_queue),
+                            dropped_middleware=self.dropped_middleware[index])
             msg.header.stamp = stamp
             msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
             self._stats_seq += 1
@@ -166,7 +172,8 @@ class ShimNode(Node):
         for param in params:
             if param.name == 'network':
                 try:
-                    self.releaser.set_links(load_profile(param.value).make_links(self._rng))
+                    network = check_runtime_network(param.value, self.config.profile_dir)
+                    self.releaser.set_links(load_profile(network).make_links(self._rng))
                 except CalfError as err:
                     return SetParametersResult(successful=False, reason=str(err))
                 self.get_logger().info(f'network changed to {param.value!r}')
