@@ -47,7 +47,7 @@ def test_an_entry_with_qos_and_a_relative_profile_path(tmp_path: Path) -> None:
     ({'in_topic': 'cmd vel'}, "in_topic must be a ROS topic name such as /cmd_vel, got 'cmd vel'"),
     ({'out_topic': '/a//b'}, "out_topic must be a ROS topic name"),
     ({'qos': {'reliability': 'sometimes'}}, "qos reliability must be one of best_effort, reliable, got 'sometimes'"),
-    ({'qos': {'depth': 0}}, 'qos depth must be an integer >= 1, got 0'),
+    ({'qos': {'depth': 0}}, 'qos depth must be an integer in [1, 10000], got 0'),
     ({'qos': {'history': 'all'}}, 'qos must be a mapping with keys among reliability, durability, depth'),
     ({'rate': 10}, "unknown keys ['rate'], missing keys []"),
 ])
