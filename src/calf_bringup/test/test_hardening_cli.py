@@ -1,0 +1,104 @@
+"""Adversarial arguments (classes 2 and 3): every out-of-range argument of `calf` is one line and exit 2,
+before any work; outputs create their own directory, never a tree of parents; nothing half-written."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from calf_bringup.cli import main
+
+BAD_ARGS = {
+    'eval --episodes 0': (['eval', '--policy', 'x', '--episodes', '0'], 'argument --episodes: must be in [1,'),
+    'eval --episodes -1': (['eval', '--policy', 'x', '--episodes', '-1'], 'argument --episodes: must be in [1,'),
+    'eval --episodes 1e9': (['eval', '--policy', 'x', '--episodes', '1e9'], 'must be an integer'),
+    'eval --time-scale 0': (['eval', '--policy', 'x', '--time-scale', '0'], 'argument --time-scale'),
+    'eval --time-scale nan': (['eval', '--policy', 'x', '--time-scale', 'nan'], 'argument --time-scale'),
+    'train --plan-horizon 0': (['train', '--out', 'x', '--plan-horizon', '0'], 'argument --plan-horizon'),
+    'train --plan-horizon 10^6': (['train', '--out', 'x', '--plan-horizon', '1000000'], 'argument --plan-horizon'),
+    'train --frames 0': (['train', '--out', 'x', '--frames', '0'], 'argument --frames'),
+    'train --frames 10^9': (['train', '--out', 'x', '--frames', '1000000000'], 'argument --frames'),
+    'train --action-history -1': (['train', '--out', 'x', '--action-history', '-1'], 'argument --action-history'),
+    'train --envs 0': (['train', '--out', 'x', '--envs', '0'], 'argument --envs'),
+    'train --steps 0': (['train', '--out', 'x', '--steps', '0'], 'argument --steps'),
+    'trace synth --duration 1e7': (['trace', 'synth', '--out', 'x', '--duration', '1e7'], 'argument --duration'),
+    'trace synth --duration -1': (['trace', 'synth', '--out', 'x', '--duration', '-1'], 'argument --duration'),
+    'trace synth --dt 0': (['trace', 'synth', '--out', 'x', '--dt', '0'], 'argument --dt'),
+    'trace synth --dt inf': (['trace', 'synth', '--out', 'x', '--dt', 'inf'], 'argument --dt'),
+    'profile show --samples 0': (['profile', 'show', 'wifi_normal', '--samples', '0'], 'argument --samples'),
+    'run --episodes -3': (['run', '--episodes', '-3'], 'argument --episodes'),
+    'experiment --seeds 0': (['experiment', 'table4', '--seeds', '0'], 'argument --seeds'),
+    'unknown option': (['eval', '--policy', 'x', '--bogus'], 'unrecognized arguments'),
+}
+
+
+@pytest.mark.parametrize('case', BAD_ARGS)
+def test_bad_arguments_are_one_line_and_exit_2(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv, message = BAD_ARGS[case]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and message in err and err.startswith('calf')
+
+
+def test_synth_too_many_messages_is_refused_before_allocating(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / 'bag'
+    assert main(['trace', 'synth', '--profile', 'wifi_normal', '--duration', '600000', '--dt', '0.001',
+                 '--out', str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'more than' in err and not out.exists()
+
+
+@pytest.mark.parametrize('argv', [
+    ['trace', 'synth', '--profile', 'wifi_normal', '--duration', '1'],
+    ['trace', 'recover', 'no_such_bag'],
+])
+def test_out_creates_only_its_own_directory(tmp_path: Path, argv: list[str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / 'no' / 'such' / 'dir'
+    assert main([*argv, '--out', str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and ('does not exist' in err or 'no_such_bag' in err)
+    assert not (tmp_path / 'no').exists()
+
+
+def test_to_profile_into_a_missing_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bag = tmp_path / 'bag'
+    assert main(['trace', 'synth', '--profile', 'wifi_normal', '--duration', '2', '--out', str(bag)]) == 0
+    capsys.readouterr()
+    assert main(['trace', 'to-profile', str(bag), '--out', str(tmp_path / 'missing' / 'p.yaml')]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'cannot write' in err and not (tmp_path / 'missing').exists()
+
+
+def test_an_interrupted_training_keeps_the_previous_progress_csv(tmp_path: Path) -> None:
+    """A real PPO run on CartPole whose env raises KeyboardInterrupt after a few hundred steps."""
+    import gymnasium as gym
+
+    from calf_agent.trainer import TrainConfig, train
+
+    class Interrupt(gym.Wrapper):
+        steps = 0
+
+        def step(self, action):  # noqa: ANN001, ANN202
+            Interrupt.steps += 1
+            if Interrupt.steps > 300:
+                raise KeyboardInterrupt
+            return self.env.step(action)
+
+    def envs(n: int) -> gym.vector.VectorEnv:
+        return gym.vector.SyncVectorEnv([lambda: Interrupt(gym.make('CartPole-v1')) for _ in range(n)],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+    cfg = TrainConfig(total_steps=256, num_envs=2, num_steps=64, meta={'env': 'cartpole'})
+    train(cfg, envs, tmp_path, progress=False)
+    rows = list(csv.DictReader((tmp_path / 'progress.csv').open()))
+    assert rows and int(rows[-1]['global_step']) == 256
+    Interrupt.steps = 0
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(total_steps=4096, num_envs=2, num_steps=64, meta={'env': 'cartpole'}), envs, tmp_path,
+              progress=False)
+    assert list(csv.DictReader((tmp_path / 'progress.csv').open())) == rows, 'the old log is intact'
+    assert not list(tmp_path.glob('.progress.csv.*'))
