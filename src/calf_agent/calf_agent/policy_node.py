@@ -74,8 +74,13 @@ class PolicyNode(Node):
             self.get_logger().warning(f'rejected observation ({self.rejected} so far): {err}',
                                       throttle_duration_sec=1.0)
             return
+        seen = sum(self.runner.anomalies.values())
         plan = self.runner.on_observation(obs.episode, obs.seq, obs.obs, obs.terminated or obs.truncated,
                                           obs.run)
+        if sum(self.runner.anomalies.values()) != seen:
+            self.get_logger().warning(f'unexpected observation run {obs.run} episode {obs.episode} (a restarted env, '
+                                      f'or another publisher on the domain); so far: {self.runner.anomalies}',
+                                      throttle_duration_sec=10.0)
         if plan is None:
             return
         end_ns = self._clock.now().nanoseconds

@@ -41,6 +41,11 @@ class PolicyRunner:
         self._state: Any = None
         self._last_sent = 0
 
+    @property
+    def anomalies(self) -> dict[str, int]:
+        """Observations the gate found suspicious, by kind (see ``ObservationGate``)."""
+        return self._gate.anomalies
+
     @classmethod
     def from_checkpoint(cls, ckpt_dir: Path | str, deterministic: bool = True) -> PolicyRunner:
         """Load ``ckpt_dir``; raises CheckpointError with a one-line reason."""
