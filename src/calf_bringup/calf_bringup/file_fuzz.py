@@ -217,6 +217,42 @@ def run_case(kind: str, path: Path, load: Callable[[Path], Any]) -> Outcome:
     return Outcome(kind, 'ok', '', time.perf_counter() - start)
 
 
+CLI_LIMIT_BYTES = 3 << 30
+"""Address-space limit of each ``calf`` process the CLI tier starts (a bomb fails fast, not the host)."""
+
+
+def cli_command(kind: str, path: Path) -> list[str] | None:
+    """The ``calf`` command that reads a case of ``kind`` (None: no command reads it alone)."""
+    return {'profile': ['profile', 'show', str(path), '--samples', '100'],
+            'meta': ['eval', '--policy', str(path), '--episodes', '1'],
+            'bag': ['trace', 'info', str(path)]}.get(kind)
+
+
+def run_cli_case(kind: str, path: Path, timeout_s: float = 120.0) -> Outcome:
+    """Run ``calf`` on one case in a memory-limited process: exit 0, or 2 with one stderr line."""
+    import resource
+    import subprocess
+    command = cli_command(kind, path)
+    assert command is not None
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (CLI_LIMIT_BYTES, CLI_LIMIT_BYTES))
+
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, '-m', 'calf_bringup.cli', *command], capture_output=True, text=True,
+                              timeout=timeout_s, preexec_fn=limit, check=False)
+    except subprocess.TimeoutExpired:
+        return Outcome(kind, 'crash', f'timed out after {timeout_s} s', time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    lines = done.stderr.strip().splitlines()
+    if done.returncode == 0:
+        return Outcome(kind, 'ok', '', seconds)
+    if done.returncode == 2 and len(lines) == 1:
+        return Outcome(kind, 'refused', lines[0], seconds)
+    return Outcome(kind, 'crash', f'exit {done.returncode}: {done.stderr[-300:]}', seconds)
+
+
 def fuzz(seed: int, cases: int, workdir: Path, kinds: tuple[str, ...] = KINDS) -> list[Outcome]:
     """Run ``cases`` cases of each kind from ``seed``; each case gets a fresh directory."""
     rng = np.random.default_rng(seed)
@@ -230,17 +266,33 @@ def fuzz(seed: int, cases: int, workdir: Path, kinds: tuple[str, ...] = KINDS) -
     return outcomes
 
 
+def cli_fuzz(seed: int, cases: int, workdir: Path) -> list[Outcome]:
+    """Run ``cases`` cases of each kind a command reads through ``calf`` in a fresh process."""
+    rng = np.random.default_rng(seed + 1)
+    outcomes = []
+    for i in range(cases):
+        for kind in KINDS:
+            if cli_command(kind, workdir) is None:
+                continue
+            case_dir = workdir / f'cli-{kind}-{i}'
+            outcomes.append(run_cli_case(kind, make_case(kind, rng, case_dir)))
+            shutil.rmtree(case_dir, ignore_errors=True)
+    return outcomes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--cases', type=int, default=500, help='cases per kind')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--cli-cases', type=int, default=0, help='cases per kind also run through `calf`')
     parser.add_argument('--workdir', type=Path, required=True, help='scratch directory (created)')
     args = parser.parse_args(argv)
     outcomes = fuzz(args.seed, args.cases, args.workdir)
+    outcomes += cli_fuzz(args.seed, args.cli_cases, args.workdir)
     tally = Counter((o.kind, o.result) for o in outcomes)
     crashes = [o for o in outcomes if o.result == 'crash']
     print(json.dumps({'cases': len(outcomes), 'tally': {f'{k}/{r}': n for (k, r), n in sorted(tally.items())},
-                      'slowest_s': round(max(o.seconds for o in outcomes), 3),
+                      'slowest': max(outcomes, key=lambda o: o.seconds)._asdict(),
                       'crashes': [o._asdict() for o in crashes[:20]]}, indent=1))
     return 1 if crashes else 0
 

@@ -266,9 +266,11 @@ def _valid_plan(plan: Sequence[Any], n_actions: int) -> bool:
 
 
 MAX_EPISODE_JUMP = 100
-"""Largest episode step within one env run that the gate takes at once (more needs confirming)."""
+"""Largest episode step within one env run that the gate takes at once."""
+MAX_SEQ_JUMP = 1000
+"""Largest seq step within an episode (or first seq of a newer episode) that the gate takes at once."""
 CONFIRMATIONS = 3
-"""Observations, in rising seq, that a far episode jump needs while the current episode is silent."""
+"""Observations of an implausible jump, each a plausible successor of the last, before the gate follows it."""
 
 
 @dataclass
@@ -276,28 +278,30 @@ class ObservationGate:
     """Policy-side rule: act only on observations newer than the last one acted on.
 
     A different ``run`` id means the env side restarted: it is followed at once. Within one run, a
-    newer seq or an episode up to ``MAX_EPISODE_JUMP`` ahead is taken at once; an episode further
-    ahead is taken only once ``CONFIRMATIONS`` observations of it have arrived, in rising seq, with
-    nothing admitted from the current episode in between. A single forged observation (episode
-    2**32-1) therefore cannot make every later one look old. ``anomalies`` counts the observations
-    of far jumps (``episode_jump``) and of run changes after the first run (``run_change``).
+    newer observation is taken at once when it is plausible: the same episode with seq at most
+    ``MAX_SEQ_JUMP`` ahead, or an episode at most ``MAX_EPISODE_JUMP`` ahead with seq at most
+    ``MAX_SEQ_JUMP``. A newer but implausible one (episode 2**32-1, seq 2**64-1) is taken only once
+    ``CONFIRMATIONS`` observations have arrived that continue it plausibly, with nothing admitted in
+    between (an env that ran on while the policy heard nothing). A single forged observation, or
+    forgeries with random ids, therefore cannot make every later observation look old.
+    ``anomalies`` counts implausible jumps (``episode_jump``, ``seq_jump``) and run changes after
+    the first run (``run_change``).
     """
 
     episode: int = -1
     last_seq: int = -1
     run: int = 0
     anomalies: dict[str, int] = field(default_factory=dict)
-    _jump: tuple[int, int, int] | None = None  # a far episode seen: (episode, last seq, observations)
+    _jump: tuple[int, int, int] | None = None  # an implausible stream seen: (episode, last seq, observations)
 
     def admit(self, episode: int, seq: int, run: int = 0) -> bool:
         """True if (episode, seq) is newer than anything acted on; records it."""
-        if run != self.run:
+        if run != self.run or self.episode < 0:
             if self.episode >= 0:
                 self._count('run_change')
-        elif self.episode >= 0 and episode > self.episode + MAX_EPISODE_JUMP:
-            if not self._confirmed(episode, seq):
-                return False
         elif not (episode > self.episode or (episode == self.episode and seq > self.last_seq)):
+            return False
+        elif not _follows(self.episode, self.last_seq, episode, seq) and not self._confirmed(episode, seq):
             return False
         self.episode, self.last_seq, self.run, self._jump = episode, seq, run, None
         return True
@@ -306,12 +310,20 @@ class ObservationGate:
         return episode != self.episode
 
     def _confirmed(self, episode: int, seq: int) -> bool:
-        """Count one observation of a far episode; True once it has enough confirmations."""
-        self._count('episode_jump')
+        """Count one implausible observation; True once a plausible run of them is long enough."""
+        self._count('episode_jump' if episode != self.episode else 'seq_jump')
         jump = self._jump
-        count = jump[2] + 1 if jump is not None and jump[0] == episode and seq > jump[1] else 1
+        count = jump[2] + 1 if jump is not None and jump[:2] != (episode, seq) and _follows(*jump[:2], episode, seq) \
+            else 1
         self._jump = (episode, seq, count)
         return count >= CONFIRMATIONS
 
     def _count(self, kind: str) -> None:
         self.anomalies[kind] = self.anomalies.get(kind, 0) + 1
+
+
+def _follows(episode: int, seq: int, next_episode: int, next_seq: int) -> bool:
+    """Is (next_episode, next_seq) a plausible successor of (episode, seq) in one env run?"""
+    if next_episode == episode:
+        return seq < next_seq <= seq + MAX_SEQ_JUMP
+    return episode < next_episode <= episode + MAX_EPISODE_JUMP and next_seq <= MAX_SEQ_JUMP

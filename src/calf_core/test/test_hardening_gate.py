@@ -2,7 +2,7 @@
 id cannot wedge the ObservationGate; such observations are counted as anomalies."""
 from __future__ import annotations
 
-from calf_core.timing import CONFIRMATIONS, MAX_EPISODE_JUMP, ObservationGate
+from calf_core.timing import CONFIRMATIONS, MAX_EPISODE_JUMP, MAX_SEQ_JUMP, ObservationGate
 
 RUN = 1234
 
@@ -62,3 +62,31 @@ def test_confirmations_need_rising_seq_and_reset_when_the_current_episode_speaks
     assert gate.admit(0, 2, RUN)  # the current episode is alive: the count starts again
     assert not gate.admit(far, 7, RUN) and not gate.admit(far, 8, RUN)
     assert gate.admit(far, 9, RUN)
+
+
+def test_a_forged_huge_seq_does_not_wedge_the_episode() -> None:
+    gate = ObservationGate()
+    live(gate, 2, range(10))
+    assert not gate.admit(2, 2 ** 64 - 1, RUN)
+    assert all(live(gate, 2, range(10, 20)))
+    assert gate.anomalies == {'seq_jump': 1}
+
+
+def test_forged_seq_and_episode_together_cannot_take_over() -> None:
+    """The combined attack: a huge seq, then far episodes with random rising seqs."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    gate = ObservationGate()
+    live(gate, 1, range(5))
+    for k in range(300):
+        gate.admit(int(rng.choice([1, 2 ** 32 - 1, int(rng.integers(0, 2 ** 32))])),
+                   int(rng.integers(0, 2 ** 63)), RUN)
+        assert gate.admit(1, 5 + k, RUN), f'the real env is followed (forgery {k})'
+    assert gate.episode == 1
+
+
+def test_the_first_observations_of_a_newer_episode_are_plausible_even_after_losses() -> None:
+    gate = ObservationGate()
+    live(gate, 0, range(3))
+    assert gate.admit(3, 250, RUN), 'three episodes lost and 250 ticks of the fourth: still plausible'
+    assert not gate.admit(3, 250 + MAX_SEQ_JUMP + 1, RUN)

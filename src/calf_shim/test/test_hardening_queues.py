@@ -66,7 +66,7 @@ def test_a_flood_of_400kb_messages_stays_within_the_byte_budget_and_releases_its
     try:
         base = tracemalloc.get_traced_memory()[0]
         thread.start()
-        for k in range(500):  # 200 MB offered, all before the first release
+        for _ in range(500):  # 200 MB offered, all before the first release
             thread.submit(0, bytes(400_000), 400_000, received_s=0.0)
         peak = tracemalloc.get_traced_memory()[1] - base
         clock[0] = 1.0

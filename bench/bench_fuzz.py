@@ -1,0 +1,42 @@
+"""Long fuzz runs (the tests run a short seeded tier of each).
+
+- files: randomised profiles, relay configs, meta.json files and bags through their loaders, plus some
+  through `calf` in a memory-limited process; every case must load or be refused with one line.
+- messages: hostile messages of every CALF message type into a live env, policy and shim.
+
+    python bench/bench_fuzz.py files --cases 2000 --cli-cases 20 --seed 1
+    python bench/bench_fuzz.py messages --messages 100000 --seed 1
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('what', choices=('files', 'messages'))
+    parser.add_argument('--cases', type=int, default=2000, help='files: cases per kind')
+    parser.add_argument('--cli-cases', type=int, default=20, help='files: cases per kind through `calf`')
+    parser.add_argument('--messages', type=int, default=100_000)
+    parser.add_argument('--seed', type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.what == 'files':
+            from calf_bringup.file_fuzz import main as files
+            return files(['--cases', str(args.cases), '--cli-cases', str(args.cli_cases), '--seed', str(args.seed),
+                          '--workdir', tmp])
+        import torch
+
+        from calf_agent.checkpoint import save_checkpoint
+        from calf_agent.policies import MlpAgent
+        from calf_bringup.message_fuzz import main as messages
+        torch.manual_seed(0)
+        policy = save_checkpoint(Path(tmp) / 'ckpt', MlpAgent(4, 2), {'env': 'cartpole'})
+        return messages(['--policy', str(policy), '--messages', str(args.messages), '--seed', str(args.seed)])
+
+
+if __name__ == '__main__':
+    sys.exit(main())
