@@ -116,6 +116,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_save_killed_at_any_moment_leaves_a_consistent_or_refused_checkpoint(tmp_path: Path) -> None:
     ckpt = tmp_path / 'ckpt'
     outcomes = {'loaded': 0, 'refused': 0}
@@ -124,7 +125,7 @@ def test_a_save_killed_at_any_moment_leaves_a_consistent_or_refused_checkpoint(t
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == 'saving'
             time.sleep(0.01 * round_)  # a different moment of the save loop each round
-            os.kill(proc.pid, signal.SIGKILL if round_ % 2 else signal.SIGINT)
+            os.kill(proc.pid, signal.SIGKILL if round_ % 2 else signal.SIGTERM)
         finally:
             proc.wait(timeout=30)
         try:

@@ -56,12 +56,12 @@ def test_stop_return_ends_training_early(tmp_path: Path) -> None:
 
 def test_lstm_on_minigrid_runs_and_saves(tmp_path: Path) -> None:
     cfg = dataclasses.replace(minigrid_defaults(), total_steps=512, num_envs=4, num_steps=64,
-                              lstm_size=32, meta={'env': 'minigrid', 'representation': 'lstm'})
+                              lstm_size=32, meta={'env': 'minigrid', 'regime': 'lstm'})
     result = train(cfg, make_minigrid, tmp_path, progress=False)
     assert result.iterations == 2
     agent, meta = load_checkpoint(tmp_path)
     assert isinstance(agent, LstmAgent) and agent.obs_dim == 147 and agent.n_actions == 7
-    assert meta['representation'] == 'lstm'
+    assert meta['regime'] == 'lstm'
     actions, state = agent.act(np.zeros(147, dtype=np.float32))
     assert actions.shape == (1,) and 0 <= actions[0] < 7 and state[0].shape == (1, 1, 32)
 
