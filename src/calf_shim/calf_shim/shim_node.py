@@ -35,6 +35,7 @@ from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, STREAM, QosConfig
 from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay, ReleaseThread
 from calf_shim.runtime_network import check_runtime_network
+from calf_shim.seq_gaps import GapEstimator, read_observation_ids
 
 UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread
 MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
@@ -128,6 +129,7 @@ class ShimNode(Node):
              self.create_publisher(Action, 'edge/action', edge).publish),
         ], clock=_now_s)
         self.dropped_middleware = [0, 0]
+        self.gaps = GapEstimator()  # uplink observations lost before the shim, from their seq numbers
         self._subscribe(Observation, 'edge/observation', edge, UPLINK)
         self._subscribe(Action, 'desktop/action', desktop, DOWNLINK)
         self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
@@ -144,6 +146,9 @@ class ShimNode(Node):
             self.dropped_middleware[index] = add_count(self.dropped_middleware[index], info.total_count_change)
 
         def on_message(data: bytes, info: dict) -> None:
+            ids = read_observation_ids(data) if index == UPLINK else None
+            if ids is not None:
+                self.gaps.observe(*ids)
             self.releaser.submit(index, data, len(data), _received_s(info))
 
         try:
@@ -161,7 +166,8 @@ class ShimNode(Node):
             msg = LinkStats(seq=saturate(self._stats_seq), reporter=self.get_name(), direction=direction,
                             received=saturate(c.received), delivered=saturate(c.delivered),
                             dropped_injected=saturate(c.dropped_injected), dropped_queue=saturate(c.dropped_queue),
-                            dropped_middleware=self.dropped_middleware[index])
+                            dropped_middleware=self.dropped_middleware[index],
+                            dropped_middleware_estimated=saturate(self.gaps.lost) if index == UPLINK else 0)
             msg.header.stamp = stamp
             msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
             self._stats_seq += 1
