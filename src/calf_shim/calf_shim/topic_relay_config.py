@@ -119,7 +119,7 @@ def _direction(value: Any) -> Direction:
 
 
 def _profile(value: Any, base_dir: Path) -> Profile:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value or len(value) > 1024 or '\x00' in value:
         raise ConfigError(f'profile must be a profile name or a YAML path, got {repr(value)[:60]}')
     path = Path(value).expanduser()
     if path.suffix in ('.yaml', '.yml') and not path.is_absolute():
