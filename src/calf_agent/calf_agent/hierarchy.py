@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from calf_agent.arbiter import make_gate
+from calf_core import atomic
 from calf_core.errors import ConfigError
 from calf_core.yaml_files import read_json
 
@@ -79,5 +80,5 @@ def load_hierarchy(path: Path | str) -> Hierarchy:
 def save_hierarchy(hierarchy: Hierarchy) -> Path:
     """Write ``hierarchy.json`` into ``hierarchy.root``; return its path."""
     file = hierarchy.root / HIERARCHY_FILE
-    file.write_text(json.dumps(hierarchy.to_json(), indent=2) + '\n')
+    atomic.write_text(file, json.dumps(hierarchy.to_json(), indent=2) + '\n')
     return file
