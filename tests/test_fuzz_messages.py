@@ -27,7 +27,7 @@ def test_ten_thousand_hostile_messages(tmp_path: Path) -> None:
     assert 0 < env['rejected'] <= env['actions_received'], report
     assert 0 < agent['rejected'] <= agent['received'], report
     assert agent['anomalies'].get('episode_jump', 0) > 0, report
-    assert min(report['shim']['received']) > 0, report
+    assert min(report['shim']['received']) >= 10_000 // 4 // 2, 'most hostile messages reach the shim'
     rss = report['rss_kb']
     assert rss[-1] - rss[2] < 64_000, f'memory grew during the fuzz: {rss}'
     assert report['recovered'] and sum(report['actions_applied_after']) > 0, report

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,8 @@ from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.qos import RESULTS, STREAM
 from calf_shim.shim_node import ShimNode
 
+PACE = 4
+"""Messages published between two pauses that let the nodes' executor run."""
 INTS = [0, 1, -1, 2, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1, 2 ** 63 - 1, -2 ** 63]
 FLOATS = [0.0, -0.0, 1e38, -1e38, float('nan'), float('inf'), float('-inf'), 1e-45]
 
@@ -118,10 +121,11 @@ class Fuzzer(Node):
         }
 
 
-def spin_until(executor: SingleThreadedExecutor, condition: Callable[[], bool], timeout_s: float) -> bool:
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``condition`` while the executor thread spins the nodes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not condition():
-        executor.spin_once(timeout_sec=0.02)
+        time.sleep(0.01)
     return condition()
 
 
@@ -129,6 +133,7 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
     """Fuzz a live env + policy + shim in ``context``; return the report (see the module doc)."""
     rng = np.random.default_rng(seed)
     executor = SingleThreadedExecutor(context=context)
+    spinner = threading.Thread(target=executor.spin, name='fuzz-executor', daemon=True)
     nodes: list[Node] = []
     try:
         env = EnvNode(namespace='fz', context=context, parameter_overrides=[
@@ -140,7 +145,8 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
         nodes = [env, agent, shim, fuzzer]
         for node in nodes:
             executor.add_node(node)
-        if not spin_until(executor, lambda: len(fuzzer.results) >= 1, 60.0):
+        spinner.start()
+        if not wait_until(lambda: len(fuzzer.results) >= 1, 60.0):
             raise RuntimeError('no episode completed before the fuzz')
         memory = [rss_kb()]
         before = (env.rejected, agent.rejected, agent.received, env.actions_received)
@@ -153,8 +159,8 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
             else:
                 msg = hostile_action(rng, episode, seq)
             fuzzer.targets[target].publish(damaged(msg, rng) if rng.random() < 0.5 else msg)
-            if k % 10 == 0:
-                executor.spin_once(timeout_sec=0)
+            if k % PACE == 0:
+                time.sleep(0.001)  # let the executor thread take what arrived: most messages reach a callback
             if k % max(messages // 10, 1) == 0:
                 memory.append(rss_kb())
         fuzz_s = time.monotonic() - start
@@ -164,7 +170,7 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
         def after() -> list[EpisodeResult]:
             return [r for r in fuzzer.results if r.episode >= first]
 
-        recovered = spin_until(executor, lambda: len(after()) >= 3, 120.0)
+        recovered = wait_until(lambda: len(after()) >= 3, 120.0)
         return {
             'messages': messages, 'seed': seed, 'fuzz_s': round(fuzz_s, 1),
             'env': {'actions_received': env.actions_received - before[3], 'rejected': env.rejected - before[0]},
@@ -176,10 +182,11 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
             'actions_applied_after': [r.actions_applied for r in after()],
         }
     finally:
-        for node in reversed(nodes):
-            executor.remove_node(node)
-            node.destroy_node()
         executor.shutdown()
+        if spinner.is_alive():
+            spinner.join(timeout=10.0)
+        for node in reversed(nodes):
+            node.destroy_node()
 
 
 def main(argv: list[str] | None = None) -> int:
