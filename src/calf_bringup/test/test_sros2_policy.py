@@ -5,6 +5,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from calf_bringup.graph import build_graph
+from calf_bringup.run_options import RunOptions
 
 POLICY = Path(__file__).resolve().parents[1] / 'config' / 'sros2_policy.xml'
 
@@ -22,7 +23,7 @@ def granted(node: str) -> dict[str, set[str]]:
 
 
 def test_the_policy_matches_the_graph_wiring() -> None:
-    nodes = {spec.name: spec for spec in build_graph('edge_sim', 'all', 'wifi_normal', policy='/ckpt')}
+    nodes = {spec.name: spec for spec in build_graph(RunOptions.of('edge_sim', network='wifi_normal', policy='/ckpt'))}
     env_topics = {target for _, target in nodes['env'].remappings}
     assert granted('env') == {'publish': env_topics - {'/calf/edge/action'}, 'subscribe': {'/calf/edge/action'}}
     policy = dict(nodes['policy'].remappings)
