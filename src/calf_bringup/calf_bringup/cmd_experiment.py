@@ -9,10 +9,12 @@ from pathlib import Path
 
 from calf_bringup.cli_args import MAX_EPISODES, MAX_STEPS, count
 from calf_bringup.experiment import run_table, write_outputs
+from calf_bringup.experiment_cells import Executor
 from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLES
 from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
 from calf_bringup.table9 import run_table9
+from calf_core.errors import ConfigError
 
 CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
 
@@ -25,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='PPO steps per seed (default: per table)')
     parser.add_argument('--workers', type=count(1, 256), help='parallel jobs (default: one per core)')
     parser.add_argument('--out', type=Path, default=Path('results'))
+    parser.add_argument('--cluster', metavar='ray[:ADDRESS]',
+                        help='run the cells of tables 4-6 and plans as Ray tasks: ray (the cluster this machine '
+                             'joined), ray:local (start one here) or ray:HOST:PORT; needs the Ray extra')
+    parser.add_argument('--shared-out', action='store_true',
+                        help='with --cluster: --out is on storage every node mounts at the same path, so workers '
+                             "write checkpoints there instead of sending them through Ray's object store")
     parser.set_defaults(func=run)
 
 
@@ -34,16 +42,33 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     names = [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
+    if args.shared_out and not args.cluster:
+        raise ConfigError('--shared-out applies to --cluster runs only: add --cluster ray, or drop --shared-out')
+    executor = _cluster(args.cluster, args.shared_out) if args.cluster else None
+    failed = 0
     for name in names:
         started = time.time()
+        if executor and name not in TABLES:
+            print(f'{name}: runs on this machine (--cluster applies to {", ".join(TABLES)})')
         if name in GRAPH_TABLES:
             result = run_graph_table(GRAPH_TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)
             written = write_graph_table(result, args.out, command, started)
         elif name == 'table9':
             written = run_table9(args.out, episodes=max(1, args.episodes // 10), command=command, started=started)
         else:
-            result = run_table(TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)
+            result = run_table(TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps, executor)
             written = write_outputs(result, args.out, command, started)
+            failed += sum(c['status'] == 'failed' for c in result['cells_run'].values())
         print(f'{name}: wrote ' + ', '.join(str(p) for p in written))
+    if executor:
+        executor.close()
     print(f'summary: {write_results_readme(args.out)}')
-    return 0
+    if failed:
+        print(f'{failed} cells failed (errors in the tables, logs in {args.out / "logs"}); '
+              'rerun the same command to retry them')
+    return 1 if failed else 0
+
+
+def _cluster(value: str, shared: bool) -> Executor:
+    from calf_bringup.experiment_ray import RayExecutor, parse_cluster
+    return RayExecutor(parse_cluster(value), shared)

@@ -2,7 +2,7 @@
 
 Every training run and every evaluation is cached under ``OUT/cache/`` under a key naming its
 configuration, so an interrupted experiment resumes where it stopped. Runs go to a process pool,
-one job per core.
+one job per core, or to Ray tasks on a cluster (``calf_bringup.experiment_cells``).
 """
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from calf_bringup.experiment_cells import Cell, Executor, LocalExecutor, run_cells
 from calf_bringup.experiment_specs import Row, TableSpec
 from calf_core import atomic
 from calf_core.yaml_files import read_json
@@ -93,57 +92,61 @@ def run_eval(job: EvalJob, cache: Path) -> dict[str, Any]:
     return report
 
 
-def _worker_init() -> None:
-    import torch
-    torch.set_num_threads(1)
+def run_cell(train: TrainJob, evals: tuple[EvalJob, ...], cache: Path) -> dict[str, Any]:
+    """One cell: train (or find) a checkpoint, then evaluate it under every column."""
+    run_train(train, cache)
+    return {ev.key: run_eval(ev, cache) for ev in evals}
+
+
+def table_cells(trains: list[TrainJob], evals: list[EvalJob]) -> list[Cell]:
+    """One cell per training run; a model-planner cell waits for its Baseline cell if the table has one."""
+    keys = {t.key for t in trains}
+    cells = []
+    for t in trains:
+        mine = tuple(e for e in evals if e.train == t)
+        base = t.base.key if t.row.planner == 'model' else None
+        cells.append(Cell(t.key, partial(run_cell, t, mine), tuple(f'eval/{e.key}.json' for e in mine),
+                          tuple(f'train/{k}' for k in (t.key, base) if k), base if base in keys else None))
+    return cells
 
 
 def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: int | None = None,
-              steps: int | None = None) -> dict[str, Any]:
-    """Train and evaluate everything ``spec`` needs; return per-seed metrics by row and column."""
-    cache = out / 'cache'
+              steps: int | None = None, executor: Executor | None = None) -> dict[str, Any]:
+    """Train and evaluate everything ``spec`` needs; return per-seed metrics by row and column.
+
+    Cells run on ``executor``, by default a local process pool of ``workers`` (one per core).
+    """
     trains = [TrainJob(spec.env, row, seed, steps or spec.steps) for row in spec.rows for seed in range(seeds)]
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
-    workers = workers or os.cpu_count() or 1
-    reports: dict[str, dict[str, Any]] = {}
-    with ProcessPoolExecutor(workers, initializer=_worker_init) as pool, \
-            tqdm(total=len(trains) + len(evals), desc=spec.name, unit='job') as bar:
-        pending: dict[Future, Callable[[Any], None]] = {}
-        evals_by_train = {t.key: [e for e in evals if e.train == t] for t in trains}
-
-        def on_trained(job: TrainJob) -> Callable[[Any], None]:
-            def done(_: Any) -> None:
-                for ev in evals_by_train[job.key]:
-                    pending[pool.submit(run_eval, ev, cache)] = on_evaluated(ev)
-            return done
-
-        def on_evaluated(job: EvalJob) -> Callable[[Any], None]:
-            return lambda report: reports.__setitem__(job.key, report)
-
-        for job in trains:
-            pending[pool.submit(run_train, job, cache)] = on_trained(job)
-        while pending:
-            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-            for future in finished:
-                pending.pop(future)(future.result())
-                bar.update(1)
-    return collect(spec, trains, evals, reports)
+    local = None if executor else LocalExecutor(workers or os.cpu_count() or 1)
+    try:
+        outcomes = run_cells(table_cells(trains, evals), executor or local, out / 'cache', out / 'logs' / spec.name,
+                             spec.name)
+    finally:
+        if local:
+            local.close()
+    reports = {k: r for o in outcomes.values() for k, r in o.reports.items()}
+    return {**collect(spec, trains, evals, reports),
+            'cells_run': {k: o.summary() for k, o in outcomes.items()}}
 
 
 def collect(spec: TableSpec, trains: list[TrainJob], evals: list[EvalJob],
             reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per-seed metric values, plus mean and std across seeds, for every row and column."""
+    """Per-seed metric values, plus mean and std across seeds, for every row and column.
+
+    A seed whose cell failed has no report; its cell lists it under ``failed_seeds``.
+    """
     cells: dict[str, dict[str, Any]] = {}
     for row in spec.rows:
         cells[row.name] = {}
         for col in spec.columns:
-            values = [reports[e.key][spec.metric] * spec.scale for e in evals
-                      if e.train.row == row and e.network == col.network]
-            latency = [reports[e.key]['e2e_latency_ms']['p50'] for e in evals
-                       if e.train.row == row and e.network == col.network]
+            mine = [e for e in evals if e.train.row == row and e.network == col.network]
+            values = [reports[e.key][spec.metric] * spec.scale for e in mine if e.key in reports]
+            latency = [reports[e.key]['e2e_latency_ms']['p50'] for e in mine if e.key in reports]
             cells[row.name][col.name] = {
-                'per_seed': values, 'mean': float(np.mean(values)),
+                'per_seed': values, 'mean': float(np.mean(values)) if values else float('nan'),
                 'std': float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+                'failed_seeds': [e.train.seed for e in mine if e.key not in reports],
                 'e2e_p50_ms_median': float(np.median([x for x in latency if x is not None] or [np.nan]))}
     return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'metric': spec.metric,
             'seeds': len({t.seed for t in trains}), 'episodes': evals[0].episodes,

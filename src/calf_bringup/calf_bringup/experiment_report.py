@@ -26,11 +26,22 @@ def markdown_table(result: dict[str, Any]) -> str:
     cols = result['columns']
     lines = ['| training | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
     for row, cells in result['cells'].items():
-        ours = [f'{cells[c]["mean"]:.0f} ± {cells[c]["std"]:.0f}' for c in cols]
+        ours = [_cell(cells[c]) for c in cols]
         lines.append(f'| **{row}** (ours) | ' + ' | '.join(ours) + ' |')
         if row in result['paper']:
             lines.append(f'| {row} (paper) | ' + ' | '.join(result['paper'][row]) + ' |')
+    failed = {k: c['error'] for k, c in result.get('cells_run', {}).items() if c['status'] == 'failed'}
+    if failed:
+        lines += ['', f'{len(failed)} cells failed (their seeds are left out above):']
+        lines += [f'- `{key}`: {error}' for key, error in failed.items()]
     return '\n'.join(lines)
+
+
+def _cell(cell: dict[str, Any]) -> str:
+    """``mean ± std``, with the number of failed seeds if any."""
+    text = 'failed' if not cell['per_seed'] else f'{cell["mean"]:.0f} ± {cell["std"]:.0f}'
+    missing = len(cell.get('failed_seeds', ()))
+    return f'{text} ({missing} failed)' if missing and cell['per_seed'] else text
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> Path:

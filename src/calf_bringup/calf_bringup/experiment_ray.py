@@ -1,0 +1,65 @@
+"""Cells as Ray tasks (``calf experiment ... --cluster ray[:ADDRESS]``); Ray is imported only here.
+
+Each cell is a task declaring ``CPUS_PER_CELL`` CPUs. Its checkpoint and reports travel back to the
+head through Ray's object store (the default: a cluster needs no shared file system, and a cell's
+files are tens of kilobytes), or, with ``shared=True``, the workers write them into ``--out``
+directly, which every node must then mount at the same path.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from calf_bringup.experiment_cells import CPUS_PER_CELL
+from calf_core.errors import ConfigError
+
+INSTALL = 'pip install -r requirements-ray.lock'
+
+
+def parse_cluster(value: str) -> str:
+    """``ray`` -> ``auto`` (an existing cluster), ``ray:local`` -> ``local``, ``ray:HOST:PORT`` -> ``HOST:PORT``."""
+    kind, _, address = value.partition(':')
+    if kind != 'ray':
+        raise ConfigError(f'--cluster {value!r}: expected ray, ray:local or ray:HOST:PORT')
+    return address or 'auto'
+
+
+class RayExecutor:
+    """Cells as Ray tasks on the cluster at ``address`` (``auto``, ``local`` or ``HOST:PORT``)."""
+
+    def __init__(self, address: str, shared: bool = False) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(f'--cluster ray needs Ray, which is not installed: {INSTALL}') from None
+        self._ray = ray
+        try:  # a cell's output goes to its log under --out, not to this terminal
+            ray.init(address=None if address == 'local' else address, log_to_driver=False,
+                     include_dashboard=False if address == 'local' else None)
+        except ConnectionError as err:
+            raise ConfigError(f'no Ray cluster at {address!r} ({err}): start one with `ray start --head`, '
+                              'or use --cluster ray:local') from None
+        self.ships_files = not shared
+        self.slots = max(1, int(ray.cluster_resources().get('CPU', 1) // CPUS_PER_CELL))
+        # Retries are the scheduler's (experiment_cells.ATTEMPTS), the same as in the local pool.
+        self._task = ray.remote(num_cpus=CPUS_PER_CELL, max_retries=0)(_call)
+
+    def submit(self, fn: Callable[..., dict[str, Any]], *args: Any) -> Any:
+        return self._task.remote(fn, *args)
+
+    def wait(self, handles: list[Any]) -> list[tuple[Any, dict[str, Any] | BaseException]]:
+        ready, _ = self._ray.wait(handles, num_returns=1)
+        results: list[tuple[Any, dict[str, Any] | BaseException]] = []
+        for ref in ready:
+            try:
+                results.append((ref, self._ray.get(ref)))
+            except self._ray.exceptions.RayError as err:  # the worker or its node died
+                results.append((ref, err))
+        return results
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+def _call(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    return fn(*args)
