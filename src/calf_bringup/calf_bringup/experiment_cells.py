@@ -167,7 +167,8 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
         def show() -> None:
             failed = sum(o.status == 'failed' for o in outcomes.values())
             bar.set_postfix(running=min(len(in_flight), executor.slots), done=len(outcomes) - failed,
-                            failed=failed, refresh=True)
+                            failed=failed, refresh=False)
+            bar.refresh()
 
         def submit(cell: Cell, attempt: int) -> None:
             inputs = {} if not executor.ships_files else _read_inputs(cache, cell)

@@ -7,6 +7,8 @@ directly, which every node must then mount at the same path.
 """
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -28,11 +30,15 @@ class RayExecutor:
     """Cells as Ray tasks on the cluster at ``address`` (``auto``, ``local`` or ``HOST:PORT``)."""
 
     def __init__(self, address: str, shared: bool = False) -> None:
+        if address == 'local':  # Ray's single-machine mode: every address on the loopback interface
+            os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')
         try:
             import ray
         except ImportError:
             raise ConfigError(f'--cluster ray needs Ray, which is not installed: {INSTALL}') from None
         self._ray = ray
+        if address not in ('auto', 'local'):
+            _probe(address)
         try:  # a cell's output goes to its log under --out, not to this terminal
             ray.init(address=None if address == 'local' else address, log_to_driver=False,
                      include_dashboard=False if address == 'local' else None)
@@ -42,7 +48,7 @@ class RayExecutor:
         self.ships_files = not shared
         self.slots = max(1, int(ray.cluster_resources().get('CPU', 1) // CPUS_PER_CELL))
         # Retries are the scheduler's (experiment_cells.ATTEMPTS), the same as in the local pool.
-        self._task = ray.remote(num_cpus=CPUS_PER_CELL, max_retries=0)(_call)
+        self._task = ray.remote(num_cpus=CPUS_PER_CELL, max_retries=0)(experiment_cell)
 
     def submit(self, fn: Callable[..., dict[str, Any]], *args: Any) -> Any:
         return self._task.remote(fn, *args)
@@ -61,5 +67,18 @@ class RayExecutor:
         self._ray.shutdown()
 
 
-def _call(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+def _probe(address: str) -> None:
+    """Fail fast, with what to do, when nothing listens at ``HOST:PORT`` (Ray itself retries for minutes)."""
+    host, _, port = address.rpartition(':')
+    if not port.isdigit():
+        raise ConfigError(f'--cluster ray:{address}: expected ray:HOST:PORT, e.g. ray:10.0.0.1:6379')
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        raise ConfigError(f'no Ray cluster at {address!r} ({err.strerror or err}): start one with '
+                          '`ray start --head` there, or use --cluster ray:local') from None
+
+
+def experiment_cell(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """The Ray task: its name is the worker's process title (`ray::experiment_cell`) while a cell runs."""
     return fn(*args)
