@@ -78,8 +78,10 @@ def run_train(job: TrainJob, cache: Path) -> Path:
     return final
 
 
-def run_eval(job: EvalJob, cache: Path) -> dict[str, Any]:
-    """Evaluate one cached checkpoint under one profile, in virtual time; cached as JSON."""
+def run_eval(job: EvalJob, cache: Path, named: Path | None = None) -> dict[str, Any]:
+    """Evaluate one cached checkpoint under one profile, in virtual time; cached as JSON.
+
+    The report names the checkpoint under ``named`` (the head's cache when a cell works elsewhere)."""
     from calf_agent.evaluate import evaluate_sim
     from calf_core.profiles import load_profile
     path = cache / 'eval' / f'{job.key}.json'
@@ -87,25 +89,26 @@ def run_eval(job: EvalJob, cache: Path) -> dict[str, Any]:
         return read_json(path, 'cached evaluation')
     report = evaluate_sim(cache / 'train' / job.train.key, load_profile(job.network), job.episodes,
                           seed=10_000 + job.train.seed)
+    report['policy'] = str((named or cache) / 'train' / job.train.key)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, json.dumps(report))
     return report
 
 
-def run_cell(train: TrainJob, evals: tuple[EvalJob, ...], cache: Path) -> dict[str, Any]:
-    """One cell: train (or find) a checkpoint, then evaluate it under every column."""
+def run_cell(train: TrainJob, evals: tuple[EvalJob, ...], named: Path, cache: Path) -> dict[str, Any]:
+    """One cell: train (or find) a checkpoint in ``cache``, then evaluate it under every column."""
     run_train(train, cache)
-    return {ev.key: run_eval(ev, cache) for ev in evals}
+    return {ev.key: run_eval(ev, cache, named) for ev in evals}
 
 
-def table_cells(trains: list[TrainJob], evals: list[EvalJob]) -> list[Cell]:
+def table_cells(trains: list[TrainJob], evals: list[EvalJob], cache: Path) -> list[Cell]:
     """One cell per training run; a model-planner cell waits for its Baseline cell if the table has one."""
     keys = {t.key for t in trains}
     cells = []
     for t in trains:
         mine = tuple(e for e in evals if e.train == t)
         base = t.base.key if t.row.planner == 'model' else None
-        cells.append(Cell(t.key, partial(run_cell, t, mine), tuple(f'eval/{e.key}.json' for e in mine),
+        cells.append(Cell(t.key, partial(run_cell, t, mine, cache), tuple(f'eval/{e.key}.json' for e in mine),
                           tuple(f'train/{k}' for k in (t.key, base) if k), base if base in keys else None))
     return cells
 
@@ -120,8 +123,8 @@ def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: in
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
     local = None if executor else LocalExecutor(workers or os.cpu_count() or 1)
     try:
-        outcomes = run_cells(table_cells(trains, evals), executor or local, out / 'cache', out / 'logs' / spec.name,
-                             spec.name)
+        outcomes = run_cells(table_cells(trains, evals, out / 'cache'), executor or local, out / 'cache',
+                             out / 'logs' / spec.name, spec.name)
     finally:
         if local:
             local.close()

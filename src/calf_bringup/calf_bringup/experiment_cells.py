@@ -171,9 +171,9 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
             bar.refresh()
 
         def submit(cell: Cell, attempt: int) -> None:
-            inputs = {} if not executor.ships_files else _read_inputs(cache, cell)
-            handle = executor.submit(execute_cell, cell.run, None if executor.ships_files else str(cache), inputs,
-                                     CPUS_PER_CELL)
+            shared = None if executor.ships_files else str(cache.resolve())
+            inputs = _read_inputs(cache, cell) if executor.ships_files else {}
+            handle = executor.submit(execute_cell, cell.run, shared, inputs, CPUS_PER_CELL)
             in_flight[handle] = (cell, attempt)
 
         while waiting or in_flight:
@@ -185,7 +185,7 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
                 else:
                     submit(cell, 1)
             show()
-            for handle, result in executor.wait(list(in_flight)):
+            for handle, result in executor.wait(list(in_flight)) if in_flight else ():
                 cell, attempt = in_flight.pop(handle)
                 if isinstance(result, BaseException):
                     result = {'error': f'{type(result).__name__}: {result}', 'log': '', 'node': '', 'seconds': 0.0}
