@@ -43,8 +43,8 @@ class RayExecutor:
             ray.init(address=None if address == 'local' else address, log_to_driver=False,
                      include_dashboard=False if address == 'local' else None)
         except ConnectionError as err:
-            raise ConfigError(f'no Ray cluster at {address!r} ({err}): start one with `ray start --head`, '
-                              'or use --cluster ray:local') from None
+            raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): start one with `ray start --head`, '
+                              'or give this machine its token (~/.ray/auth_token or RAY_AUTH_TOKEN)') from None
         self.ships_files = not shared
         self.slots = max(1, int(ray.cluster_resources().get('CPU', 1) // CPUS_PER_CELL))
         # Retries are the scheduler's (experiment_cells.ATTEMPTS), the same as in the local pool.
