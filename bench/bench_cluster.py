@@ -6,8 +6,8 @@ on the loopback interface; its start-up is timed apart and counted in the Ray to
 repeats, with the load average beside each run since the machine may be shared.
 
 From the per-cell timings of the runs it then estimates, on paper, the wall-clock of the full
-10-seed Tables 4 to 6 on 8 and 32 cores: cells are dealt longest-first to the least-loaded core, one
-cell per core (``CPUS_PER_CELL``). A Table 5 (MiniGrid) cell is not measured here; its time comes
+10-seed Tables 4 to 6 on 8 and 32 cores: a cell's CPU time is its wall-clock on a core of its own
+(it trains on one thread), and cells are dealt longest-first to the least-loaded core. A Table 5 (MiniGrid) cell is not measured here; its time comes
 from ``--minigrid-cell-s`` (default: the committed results/table5.json, run time × workers / cells,
 scaled to 500k steps).
 
@@ -48,7 +48,7 @@ def one_run(mode: str, seeds: int, steps: int, episodes: int, out: Path) -> dict
     finally:
         executor.close()
     wall = time.monotonic() - started
-    cells = {k: c['seconds'] for k, c in result['cells_run'].items()}
+    cells = {k: c['cpu_seconds'] for k, c in result['cells_run'].items()}
     return {'mode': mode, 'wall_s': wall, 'startup_s': startup, 'cells_s': cells, 'load_before': before}
 
 
@@ -70,7 +70,7 @@ def paper_estimate(cells_s: dict[str, float], steps: int, minigrid_cell_s: float
     ppo_mean, model_mean = ppo_cell_s or statistics.mean(ppo), statistics.mean(model) if model else 0.0
     t4 = [ppo_mean] * 30 + [model_mean] * 10
     t5 = [minigrid_cell_s] * 30
-    t6 = [ppo_mean * len(TABLES['table6'].columns) / len(TABLES['table4'].columns)] * 50  # one column each
+    t6 = [ppo_mean] * 50  # an upper bound: a Table 6 cell evaluates one column, not five
     durations = t4 + t5 + t6
     return {cores: makespan(durations, cores) for cores in (8, 32)} | {'ppo_cell_s': ppo_mean,
                                                                        'model_cell_s': model_mean,
@@ -109,11 +109,10 @@ def main() -> None:
     print(f'table4, {args.seeds} seeds, {args.steps} steps, {args.episodes} episodes, {os.cpu_count()} cores: '
           f'local pool {local:.1f} s, Ray {ray:.1f} s (of which start-up {startup:.1f} s): '
           f'overhead {100 * (ray / local - 1):+.1f} % ({100 * ((ray - startup) / local - 1):+.1f} % without start-up)')
-    cells = {k: statistics.median(r['cells_s'][k] for r in runs if r['mode'] == 'local')
-             for k in runs[0]['cells_s']}
+    cells = {k: statistics.median(r['cells_s'][k] for r in runs) for k in runs[0]['cells_s']}
     minigrid = args.minigrid_cell_s or committed_minigrid_cell_s()
     est = paper_estimate(cells, args.steps, minigrid, args.ppo_cell_s)
-    print(f'per cell (local pool, median): PPO {est["ppo_cell_s"]:.1f} s at 200k steps, model planner '
+    print(f'per cell (CPU time, median): PPO {est["ppo_cell_s"]:.1f} s at 200k steps, model planner '
           f'{est["model_cell_s"]:.1f} s, MiniGrid {minigrid:.0f} s (assumed); Tables 4-6 with 10 seeds: '
           f'{est["serial_s"] / 3600:.2f} h on one core, {est[8] / 60:.1f} min on 8 cores, '
           f'{est[32] / 60:.1f} min on 32 cores')

@@ -49,12 +49,13 @@ class CellOutcome:
     reports: dict[str, Any] = field(default_factory=dict)
     error: str = ''
     attempts: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall-clock of the last attempt
+    cpu_seconds: float = 0.0  # CPU time of the last attempt: its wall-clock on a core of its own
     node: str = ''
 
     def summary(self) -> dict[str, Any]:
         return {'status': self.status, 'attempts': self.attempts, 'seconds': round(self.seconds, 2),
-                'node': self.node, **({'error': self.error} if self.error else {})}
+                'cpu_seconds': round(self.cpu_seconds, 2), 'node': self.node, **({'error': self.error} if self.error else {})}
 
 
 class Executor(Protocol):
@@ -78,7 +79,7 @@ def execute_cell(run: CellFn, cache: str | None, inputs: dict[str, bytes], threa
     """
     import torch
     torch.set_num_threads(threads)
-    started, log = time.monotonic(), io.StringIO()
+    started, cpu, log = time.monotonic(), time.process_time(), io.StringIO()
     result: dict[str, Any] = {'node': platform.node(), 'pid': os.getpid(), 'error': ''}
     with contextlib.ExitStack() as stack:
         folder = Path(cache) if cache else Path(stack.enter_context(_tempdir()))
@@ -90,7 +91,7 @@ def execute_cell(run: CellFn, cache: str | None, inputs: dict[str, bytes], threa
                 result['error'] = traceback.format_exc()
         if not cache and not result['error']:
             result['files'] = {p: data for p, data in _pack(folder).items() if p not in inputs}
-    result.update(log=log.getvalue(), seconds=time.monotonic() - started)
+    result.update(log=log.getvalue(), seconds=time.monotonic() - started, cpu_seconds=time.process_time() - cpu)
     return result
 
 
@@ -194,7 +195,8 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
                     store_files(cache, result['files'])
                 if not result['error'] and _finished(cache, cell):
                     outcomes[cell.key] = CellOutcome('done', _reports(cache, cell), attempts=attempt,
-                                                     seconds=result['seconds'], node=result['node'])
+                                                     seconds=result['seconds'], cpu_seconds=result['cpu_seconds'],
+                                                     node=result['node'])
                 elif attempt < ATTEMPTS:
                     submit(cell, attempt + 1)
                     continue
