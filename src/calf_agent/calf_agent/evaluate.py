@@ -56,7 +56,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
     rep = Representation(**meta.get('representation', {}))
     horizon = int(meta.get('plan_horizon', 1))
     envs = [make_networked_env(meta['env'], profile, seed=seed + i, plan_horizon=horizon,
-                               start_plan=tuple(meta.get('start_plan', ())))
+                               start_plan=_start_plan(meta))
             for i in range(min(batch, episodes))]
     n_actions = int(envs[0].stepper.n_actions)
     obs_size = int(np.prod(envs[0].observation_space.shape))
@@ -110,3 +110,9 @@ def _reset_state(state: Any, rows: np.ndarray) -> Any:
     for tensor in state:
         tensor[:, index] = 0.0
     return state
+
+
+def _start_plan(meta: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The checkpoint's start plan, or None for the task spec's."""
+    plan = meta.get('start_plan')
+    return None if plan is None else tuple(tuple(a) if isinstance(a, list) else a for a in plan)

@@ -24,7 +24,7 @@ from calf_agent.arbiter import Arbiter, make_arbiter
 from calf_agent.evaluate import EpisodeLog, evaluate_sim
 from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
 from calf_agent.policy_runner import PolicyRunner
-from calf_core.envs import env_spec, make_stepper
+from calf_core.envs import make_stepper
 from calf_core.errors import ConfigError
 from calf_core.link import Link
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
@@ -76,7 +76,7 @@ class HierarchySim:
         self.stepper: Stepper = make_stepper(hierarchy.env)
         self.arbiter: Arbiter = make_arbiter(hierarchy.env, hierarchy.sources, hierarchy.silence_timeout_s,
                                              hierarchy.gating)
-        self.dt_ns, self.compute_ns = _ns(env_spec(hierarchy.env).dt), _ns(profile.compute_ms / 1e3)
+        self.dt_ns, self.compute_ns = _ns(self.stepper.spec.dt), _ns(profile.compute_ms / 1e3)
         obs_size = next(iter(runners.values())).obs_size
         self.obs_bytes, self.action_bytes = MESSAGE_OVERHEAD_BYTES + 4 * obs_size, MESSAGE_OVERHEAD_BYTES + 8
         self.obs_lost = self.actions_lost = 0

@@ -10,13 +10,13 @@ from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_policy
 from calf_agent.representation import Representation
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
-from calf_core.envs import ENV_SPECS
+from calf_core.envs import add_env_arguments, env_spec, resolve_env_arg
 from calf_core.profiles import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('train', help='train a policy with PPO under a network regime')
-    parser.add_argument('--env', choices=sorted(ENV_SPECS), default='cartpole')
+    add_env_arguments(parser)
     parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
                         help='baseline (sim_clean), delay_only, or full (full_net_aware)')
     parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
     if args.planner == 'model':
         return _train_model_planner(args, network)
@@ -63,7 +64,7 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
     if args.plan_horizon < 2:
         raise SystemExit('calf train: error: --planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
-    if not ENV_SPECS[args.env].safe_start:
+    if not env_spec(args.env).safe_start:
         raise SystemExit(f'calf train: error: --planner model needs a rolled-forward state and a safe start plan, '
                          f'which {args.env} does not have: use --planner ppo')
     if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:

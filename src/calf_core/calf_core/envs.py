@@ -1,104 +1,209 @@
-"""The environments CALF runs, with their tick period and hold rule, and their networked builds."""
+"""The envs CALF runs: ``--env`` resolved to a TaskSpec in one function, and their networked builds.
+
+``--env`` names (see :func:`env_spec`):
+
+- a built-in task, ``cartpole`` or ``minigrid`` (``calf_core/tasks/NAME.yaml``);
+- a task spec file, ``my_robot.yaml`` (``--env-spec``), whose ``env`` key names one of the next two;
+- a registered gymnasium id, such as ``Pendulum-v1`` or ``InvertedPendulum-v5``;
+- a ``package.module:callable`` entry point returning a gymnasium env; a spec file
+  ``package/module.calf.yaml`` beside the module gives its tick and hold rule.
+
+Without a spec file the tick is the env's own ``env.unwrapped.dt`` (MuJoCo and Pendulum have one);
+Box actions hold ``zero`` and Discrete ones ``last``; surviving to the time limit is success.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import dataclasses
+import functools
+import importlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import yaml
 
 from calf_core.errors import ConfigError
 from calf_core.link import Link
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile
-from calf_core.timing import HoldMode, Stepper
+from calf_core.task_spec import Action, TaskSpec, parse_start_plan, spec_from_mapping
+from calf_core.timing import Stepper
+from calf_core.yaml_files import read_yaml
 
-MINIGRID_DONE = 6  # MiniGrid's `done` action does nothing in DoorKey: the no-op
+TASKS_DIR = Path(__file__).resolve().parent / 'tasks'
+BUILTIN_TASKS: tuple[str, ...] = tuple(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))
+SPEC_SUFFIXES = ('.yaml', '.yml')
 
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """How one task is ticked and what it does without a fresh action."""
-
-    name: str
-    gym_id: str
-    dt: float  # tick period (seconds)
-    hold: HoldMode
-    noop_action: int | None
-    initial_action: int
-    success_on_truncation: bool
-    safe_start: tuple[int, ...] = ()  # a policy-free action cycle that keeps the task recoverable while
-    # the first plan is on its way (CartPole: alternating pushes keep the pole up for >= 20 ticks)
+__all__ = ['BUILTIN_TASKS', 'add_env_arguments', 'FlattenObservation', 'env_spec', 'make_env', 'make_networked_env',
+           'make_stepper', 'parse_start_plan', 'resolve_env_arg']
 
 
-ENV_SPECS: dict[str, EnvSpec] = {
-    'cartpole': EnvSpec('cartpole', 'CartPole-v1', 0.02, HoldMode.LAST, None, 0, True, (0, 1)),
-    'minigrid': EnvSpec('minigrid', 'MiniGrid-DoorKey-5x5-v0', 0.1, HoldMode.NOOP, MINIGRID_DONE,
-                        MINIGRID_DONE, False),
-}
+def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--env`` and ``--env-spec``, as every command that runs a task takes them."""
+    parser.add_argument('--env', help=f'task: a built-in ({", ".join(BUILTIN_TASKS)}; default cartpole), a '
+                                      f'registered gymnasium id such as Pendulum-v1, or package.module:callable')
+    parser.add_argument('--env-spec', metavar='FILE.yaml',
+                        help='task spec file: env, dt (tick), hold, initial action, start plan, success rule')
 
 
-def env_spec(name: str) -> EnvSpec:
-    """The spec for ``name`` (``cartpole`` or ``minigrid``), or a ConfigError naming the choices."""
-    try:
-        return ENV_SPECS[name]
-    except KeyError:
-        raise ConfigError(f'unknown env {name!r}: choose one of {", ".join(ENV_SPECS)}') from None
+def resolve_env_arg(env: str | None, env_spec_file: str | None) -> str:
+    """The one ``--env`` string for ``--env NAME`` and/or ``--env-spec FILE`` (the file's path, checked)."""
+    if env_spec_file is None:
+        return env or 'cartpole'
+    path = str(Path(env_spec_file).resolve())
+    spec = env_spec(path)
+    if env is not None and env not in (spec.env, spec.name):
+        raise ConfigError(f'--env {env} and --env-spec {env_spec_file} (env: {spec.env}) disagree: give one')
+    return path
 
 
-class FlatImageObservation(gym.ObservationWrapper):
-    """MiniGrid's partial view as a flat float32 vector (the image only)."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        image = env.observation_space['image']
-        self.observation_space = gym.spaces.Box(0.0, float(image.high.max()), (int(np.prod(image.shape)),),
-                                                np.float32)
-
-    def observation(self, observation: dict) -> np.ndarray:
-        return np.asarray(observation['image'], dtype=np.float32).reshape(-1)
-
-
-def make_env(name: str) -> gym.Env:
-    """A fresh gymnasium env for ``name`` with a flat float observation."""
-    spec = env_spec(name)
-    if name == 'minigrid':
-        import minigrid  # noqa: F401  (registers the MiniGrid ids)
-        return FlatImageObservation(gym.make(spec.gym_id))
-    return gym.make(spec.gym_id)
+@functools.lru_cache(maxsize=64)
+def env_spec(name: str) -> TaskSpec:
+    """The TaskSpec for ``name`` (see the module doc), or a one-line ConfigError."""
+    if name in BUILTIN_TASKS:
+        return _spec_file(TASKS_DIR / f'{name}.yaml', name)
+    if name.endswith(SPEC_SUFFIXES):
+        return _spec_file(Path(name), name)
+    if ':' in name and _entry_point(name, required=False) is not None:
+        beside = _beside(name)
+        if beside is not None:
+            return _spec_file(beside, name, env=name)
+        return _default_spec(name)
+    if name not in gym.registry and ':' not in name:
+        raise ConfigError(f'unknown env {name!r}: give a built-in task ({", ".join(BUILTIN_TASKS)}), a registered '
+                          f'gymnasium id such as Pendulum-v1, a package.module:callable or a spec file (.yaml)')
+    return _default_spec(name)
 
 
-def parse_start_plan(value: Any) -> tuple[int, ...]:
-    """A start plan given as a list of actions, or as its YAML text (``''``: none), else a ConfigError."""
-    if isinstance(value, str):
-        try:
-            value = yaml.safe_load(value) if value.strip() else []
-        except yaml.YAMLError:
-            pass  # reported below, as the text it is
-    if not isinstance(value, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
-                                                       for a in value):
-        raise ConfigError(f'start_plan must be a list of integer actions such as [0, 1], got {value!r}')
-    return tuple(value)
+def make_env(name: str, spec: TaskSpec | None = None) -> gym.Env:
+    """A fresh gymnasium env for ``name`` (or ``spec``), its Dict/Tuple observations flattened."""
+    spec = spec or env_spec(name)
+    for module in spec.imports:
+        _import(module, name)
+    env = _construct(spec.env)
+    if isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        env = FlattenObservation(env, spec.observation_keys)
+    return env
 
 
-def make_stepper(name: str, env: gym.Env | None = None, start_plan: tuple[int, ...] = ()) -> Stepper:
-    """The tick-driven stepper for ``name``, as the env node runs it."""
-    spec = env_spec(name)
-    return Stepper(env if env is not None else make_env(name), spec.hold, spec.initial_action,
-                   spec.noop_action, spec.success_on_truncation, start_plan=start_plan)
+def make_stepper(name: str, env: gym.Env | None = None, start_plan: tuple[Action, ...] | None = None) -> Stepper:
+    """The tick-driven stepper for ``name``, as the env node runs it; ``start_plan`` replaces the spec's."""
+    spec = _with_start_plan(env_spec(name), start_plan)
+    return Stepper(env if env is not None else make_env(name, spec), spec)
 
 
 def make_networked_env(name: str, profile: Profile, seed: int | None = None, plan_horizon: int = 1,
                        links: tuple[Link, Link] | None = None, env: gym.Env | None = None,
-                       start_plan: tuple[int, ...] = ()) -> NetworkedEnv:
+                       start_plan: tuple[Action, ...] | None = None) -> NetworkedEnv:
     """``name`` (or ``env``, a variant of it) behind ``profile``'s uplink and downlink, in virtual time.
 
-    ``start_plan`` is the env-side action cycle run until the first plan arrives (default: hold the
-    initial action).
+    ``start_plan`` is the env-side action cycle run until the first plan arrives (default: the spec's,
+    else hold the initial action).
     """
-    spec = env_spec(name)
+    spec = _with_start_plan(env_spec(name), start_plan)
     uplink, downlink = links if links is not None else profile.make_links(np.random.default_rng(seed))
-    inner = env if env is not None else make_env(name)
-    return NetworkedEnv(inner, uplink, downlink, spec.dt, profile.compute_ms, spec.hold, spec.noop_action,
-                        spec.initial_action, plan_horizon, spec.success_on_truncation, seed, start_plan)
+    inner = env if env is not None else make_env(name, spec)
+    return NetworkedEnv(inner, spec, uplink, downlink, profile.compute_ms, plan_horizon, seed)
+
+
+class FlattenObservation(gym.ObservationWrapper):
+    """A Dict or Tuple observation as one flat float32 vector: the parts ``keys`` (default: all), in order."""
+
+    def __init__(self, env: gym.Env, keys: tuple[str | int, ...] | None = None) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        self.keys = tuple(keys) if keys is not None else tuple(
+            space.spaces.keys() if isinstance(space, gym.spaces.Dict) else range(len(space.spaces)))
+        try:
+            self.parts = [space[key] for key in self.keys]
+        except (KeyError, IndexError):
+            raise ConfigError(f'observation_keys {list(self.keys)} are not all parts of {space}') from None
+        flat = [gym.spaces.flatten_space(part) for part in self.parts]
+        self.observation_space = gym.spaces.Box(np.concatenate([f.low for f in flat]).astype(np.float32),
+                                                np.concatenate([f.high for f in flat]).astype(np.float32),
+                                                dtype=np.float32)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.concatenate([np.asarray(gym.spaces.flatten(part, observation[key]), dtype=np.float32)
+                               for part, key in zip(self.parts, self.keys)])
+
+
+def _with_start_plan(spec: TaskSpec, start_plan: tuple[Action, ...] | None) -> TaskSpec:
+    return spec if start_plan is None else dataclasses.replace(spec, start_plan=tuple(start_plan))
+
+
+def _spec_file(path: Path, name: str, env: str | None = None) -> TaskSpec:
+    data = read_yaml(path, 'task spec')
+    if isinstance(data, dict) and env is not None:
+        data = {**data, 'env': data.get('env') or env}
+    if not isinstance(data, dict) or not data.get('env'):
+        raise ConfigError(f'task spec {str(path)!r} names no env: add `env: GYM_ID` or `env: package.module:callable`')
+    for module in data.get('imports') or ():
+        _import(str(module), name)
+    dt = data.get('dt')
+    return spec_from_mapping(data, name, dt=None if dt is not None else _env_dt(str(data['env']), name))
+
+
+def _default_spec(name: str) -> TaskSpec:
+    """A gymnasium id or entry point without a spec file: its own dt, hold zero for Box actions."""
+    env = _construct(name)
+    try:
+        dt = getattr(env.unwrapped, 'dt', None)
+        hold = 'zero' if isinstance(env.action_space, gym.spaces.Box) else 'last'
+    finally:
+        env.close()
+    if dt is None:
+        raise ConfigError(f'env {name} has no dt of its own: give its tick period in a spec file '
+                          f'(--env-spec FILE.yaml with `env: {name}` and `dt: SECONDS`)')
+    return spec_from_mapping({'env': name, 'dt': float(dt), 'hold': hold}, name)
+
+
+def _env_dt(env_name: str, name: str) -> float | None:
+    env = _construct(env_name)
+    try:
+        dt = getattr(env.unwrapped, 'dt', None)
+    finally:
+        env.close()
+    return None if dt is None else float(dt)
+
+
+def _construct(env_name: str) -> gym.Env:
+    """``gym.make(env_name)``, or the entry point's callable called with no arguments."""
+    factory = _entry_point(env_name, required=False) if ':' in env_name else None
+    try:
+        env = factory() if factory is not None else gym.make(env_name)
+    except gym.error.Error as err:
+        raise ConfigError(f'env {env_name!r}: {" ".join(str(err).split())}') from None
+    if not isinstance(env, gym.Env):
+        raise ConfigError(f'entry point {env_name} returned {type(env).__name__}, not a gymnasium env')
+    return env
+
+
+def _entry_point(name: str, required: bool) -> Callable[[], gym.Env] | None:
+    """The callable ``package.module:callable`` names (None if the module has no such attribute)."""
+    module_name, _, attr = name.partition(':')
+    module = _import(module_name, name)
+    factory = getattr(module, attr, None)
+    if factory is None and required:
+        raise ConfigError(f'entry point {name}: module {module_name} has no {attr!r}')
+    return factory if callable(factory) else None
+
+
+def _beside(name: str) -> Path | None:
+    """``package/module.calf.yaml`` beside the entry point's module, if there is one."""
+    module = _import(name.partition(':')[0], name)
+    source = getattr(module, '__file__', None)
+    if source is None:
+        return None
+    path = Path(source).with_suffix('.calf.yaml')
+    return path if path.is_file() else None
+
+
+def _import(module_name: str, name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f'env {name}: cannot import {module_name}: {err}') from None
+

@@ -15,6 +15,13 @@ the plan passed to this ``step``) was applied on a tick of this step. A trainer 
 earlier steps to learn only from executed elements. Executions more than H decisions late are not
 reported.
 
+Actions follow the inner env's space: ``Discrete`` (an int, or with ``plan_horizon`` H > 1 a
+``MultiDiscrete`` plan of H ints) or ``Box`` (one action vector, or an ``(H, *shape)`` plan of them,
+clipped to the bounds before they are sent). ``info`` also holds ``ticks`` (env ticks this step),
+``e2e_ms`` (end-to-end latencies of actions that arrived this step), ``obs_seq``, ``obs_age_ms`` (age of
+the observation at decision time), ``obs_lost``/``actions_lost`` (this episode) and, on the last step,
+``episode_e2e_ms``, ``success`` and ``ticks_held``.
+
 :mod:`calf_core.vector_networked` applies the same rules to many CartPoles at once, in numpy.
 """
 from __future__ import annotations
@@ -27,7 +34,8 @@ import gymnasium as gym
 import numpy as np
 
 from calf_core.link import Link
-from calf_core.timing import HoldMode, ObservationGate, ObsRecord, Stepper
+from calf_core.task_spec import TaskSpec
+from calf_core.timing import ObservationGate, ObsRecord, Stepper
 
 _ACTION, _OBS, _POLICY_FREE = 0, 2, 3
 _TICK = 1  # ranks between action arrivals and deliveries that share a timestamp
@@ -43,29 +51,25 @@ class NetworkedEnv(gym.Env):
 
     metadata = {'render_modes': []}
 
-    def __init__(self, env: gym.Env, uplink: Link, downlink: Link, dt: float, compute_ms: float = 0.0,
-                 hold: str | HoldMode = HoldMode.LAST, noop_action: int | None = None,
-                 initial_action: int = 0, plan_horizon: int = 1, success_on_truncation: bool = False,
-                 seed: int | None = None, start_plan: tuple[int, ...] = ()) -> None:
-        if dt <= 0:
-            raise ValueError(f'dt must be > 0, got {dt}')
+    def __init__(self, env: gym.Env, task: TaskSpec, uplink: Link, downlink: Link, compute_ms: float = 0.0,
+                 plan_horizon: int = 1, seed: int | None = None) -> None:
+        """``env`` ticks every ``task.dt`` under ``task``'s hold rule, initial action and start plan; its
+        observations cross ``uplink``, its actions ``downlink`` after ``compute_ms`` of policy compute.
+        ``plan_horizon`` actions travel per decision; ``seed`` seeds the links and the first reset."""
         if compute_ms < 0:
             raise ValueError(f'compute_ms must be >= 0, got {compute_ms}')
         if plan_horizon < 1:
             raise ValueError(f'plan_horizon must be >= 1, got {plan_horizon}')
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise ValueError(f'NetworkedEnv needs a Discrete action space, got {env.action_space}')
-        self.env, self.uplink, self.downlink = env, uplink, downlink
-        self.dt, self.plan_horizon = dt, plan_horizon
-        self._dt_ns, self._compute_ns = _to_ns(dt), _to_ns(compute_ms / 1e3)
-        self.stepper = Stepper(env, HoldMode(hold), initial_action, noop_action, success_on_truncation,
-                               start_plan=tuple(start_plan))
-        n = int(env.action_space.n)
-        self.observation_space = env.observation_space
-        self.action_space = (gym.spaces.Discrete(n) if plan_horizon == 1
-                             else gym.spaces.MultiDiscrete([n] * plan_horizon))
+        self.env, self.task, self.uplink, self.downlink = env, task, uplink, downlink  # gym.Env.spec is gymnasium's
+        self.dt, self.plan_horizon = task.dt, plan_horizon
+        self._dt_ns, self._compute_ns = _to_ns(task.dt), _to_ns(compute_ms / 1e3)
+        self.stepper = Stepper(env, task)
+        self.observation_space = _float32_space(env.observation_space)
+        self.action_space = _plan_space(env.action_space, plan_horizon)
+        self._continuous = self.stepper.continuous
+        action_bytes = 4 * int(np.prod(env.action_space.shape)) if self._continuous else 8  # float32s | int64
         self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(env.observation_space.shape or (1,)))
-        self._action_bytes = MESSAGE_OVERHEAD_BYTES + 8 * plan_horizon
+        self._action_bytes = MESSAGE_OVERHEAD_BYTES + action_bytes * plan_horizon
         self._seed = seed
         self._seeded = False
         self._origin_ns = 0  # the links' clock at this episode's tick 0: episode times + origin = link times
@@ -137,7 +141,11 @@ class NetworkedEnv(gym.Env):
         _, _, _, obs, _, terminated, truncated, _ = record
         return obs, reward, terminated, truncated, info
 
-    def _as_plan(self, action: Any) -> list[int]:
+    def _as_plan(self, action: Any) -> list[Any]:
+        if self._continuous:
+            space = self.env.action_space
+            values = np.asarray(action, dtype=np.float32).reshape(self.plan_horizon, *space.shape)
+            return list(np.clip(values, space.low, space.high))  # the policy side clips, as SB3 and CleanRL do
         if self.plan_horizon == 1:
             if isinstance(action, (int, np.integer)):
                 return [int(action)]
@@ -219,6 +227,26 @@ class NetworkedEnv(gym.Env):
                 'obs_age_ms': (self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
                 'executed': executed}
+
+
+def _plan_space(space: gym.Space, plan_horizon: int) -> gym.Space:
+    """The agent's action space: one action of ``space``, or a plan of ``plan_horizon`` of them."""
+    if isinstance(space, gym.spaces.Discrete):
+        n = int(space.n)
+        return gym.spaces.Discrete(n) if plan_horizon == 1 else gym.spaces.MultiDiscrete([n] * plan_horizon)
+    if isinstance(space, gym.spaces.Box):
+        if plan_horizon == 1:
+            return space
+        return gym.spaces.Box(np.stack([space.low] * plan_horizon), np.stack([space.high] * plan_horizon),
+                              dtype=space.dtype)
+    raise ValueError(f'NetworkedEnv needs a Discrete or Box action space, got {space}')
+
+
+def _float32_space(space: gym.Space) -> gym.Space:
+    """``space`` as the float32 observations the stepper emits (a Box of another dtype is recast)."""
+    if isinstance(space, gym.spaces.Box) and space.dtype != np.float32:
+        return gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+    return space
 
 
 def _to_ns(seconds: float) -> int:

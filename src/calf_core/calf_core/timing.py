@@ -1,14 +1,17 @@
 """The timing rules of CALF, in one place.
 
 Both the virtual-time ``NetworkedEnv`` and the live env and policy nodes call these classes,
-so that a policy meets the same timing in training as over DDS (DESIGN.md, "Timing semantics"):
+so that a policy meets the same timing in training as over DDS. The task's
+:class:`calf_core.task_spec.TaskSpec` gives the tick, hold rule, initial action and start plan:
 
 - The env ticks every ``dt``. Tick 0 is the reset. At tick k >= 1 it applies the newest
   plan that has arrived, steps, and emits observation k stamped with the tick time.
 - A plan answering observation s holds actions for ticks s+1, s+2, ...: ``plan[j]`` applies at
   tick ``s + 1 + j``. A plan whose ticks have all passed when it first applies runs its last
   element once. When a plan runs out, the env holds its last element (``HoldMode.LAST``, the
-  zero-order hold) or takes a no-op (``HoldMode.NOOP``). A one-element plan is a single action.
+  zero-order hold), applies a zero command (``HoldMode.ZERO``, Box actions) or takes the task's
+  no-op (``HoldMode.NOOP``). A one-element plan is a single action. Discrete and continuous (Box)
+  plans follow the same rules; a plan element of a Box task is one action vector.
 - Before the first plan of an episode arrives the env holds its initial action or, when it is
   given a start plan, cycles through that: tick k applies ``start_plan[(k - 1) % len(start_plan)]``.
 - A plan answering an older observation than the newest one applied is discarded.
@@ -27,16 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 
 from calf_core.errors import ConfigError
+from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
-
-class HoldMode(enum.Enum):
-    """What the env does on ticks not covered by a plan."""
-
-    LAST = 'last'
-    NOOP = 'noop'
+__all__ = ['AppliedAction', 'EpisodeSummary', 'HoldMode', 'ObsRecord', 'ObservationGate', 'PlanExecutor',
+           'Stepper', 'TaskActions', 'Verdict', 'task_actions']
 
 
 class Verdict(enum.Enum):
@@ -58,33 +59,75 @@ _new = tuple.__new__
 class AppliedAction(NamedTuple):
     """The action applied at one tick and where it came from."""
 
-    action: int
+    action: Any  # int (Discrete) or float32 vector (Box)
     plan_seq: int  # obs_seq of the plan it came from, -1 for the initial action
     index: int  # element of that plan, -1 when held or a no-op
     held: bool
 
 
-@dataclass
+class TaskActions(NamedTuple):
+    """A task's actions made concrete for its action space: ints (Discrete) or float32 vectors (Box)."""
+
+    initial: Any
+    noop: Any  # the action hold zero/noop applies; None under hold last
+    start_plan: tuple[Any, ...]
+
+
+def task_actions(spec: TaskSpec, space: gym.Space) -> TaskActions:
+    """``spec``'s initial action, no-op and start plan for ``space``; a ConfigError if they do not fit it."""
+    if isinstance(space, gym.spaces.Discrete):
+        if spec.hold is HoldMode.ZERO:
+            raise ConfigError(f'task {spec.name}: hold zero is for continuous (Box) actions: use hold last, '
+                              f'or hold noop with a noop_action')
+        convert: Any = lambda action, key: _discrete_action(action, int(space.n), spec.name, key)  # noqa: E731
+    elif isinstance(space, gym.spaces.Box):
+        convert = lambda action, key: _box_action(action, space, spec.name, key)  # noqa: E731
+    else:
+        raise ConfigError(f'task {spec.name}: CALF runs Discrete or Box action spaces, got {space}')
+    if spec.hold is HoldMode.ZERO:
+        noop = convert(tuple(0.0 for _ in range(int(np.prod(space.shape)))), 'zero')
+    else:
+        noop = None if spec.noop_action is None else convert(spec.noop_action, 'noop_action')
+    if spec.initial_action is not None:
+        initial = convert(spec.initial_action, 'initial_action')
+    elif noop is not None:
+        initial = noop
+    else:
+        initial = 0 if isinstance(space, gym.spaces.Discrete) else convert(
+            tuple(0.0 for _ in range(int(np.prod(space.shape)))), 'initial_action (zeros)')
+    return TaskActions(initial, noop, tuple(convert(a, 'start_plan') for a in spec.start_plan))
+
+
+def _discrete_action(action: Action, n: int, task: str, key: str) -> int:
+    if not (isinstance(action, (int, np.integer)) and 0 <= action < n):
+        raise ConfigError(f'task {task}: {key} {action!r} is not an action in 0..{n - 1}')
+    return int(action)
+
+
+def _box_action(action: Action, space: gym.spaces.Box, task: str, key: str) -> np.ndarray:
+    value = np.asarray(action, dtype=np.float32).reshape(-1)
+    if value.size != int(np.prod(space.shape)) or not _in_box(value.reshape(space.shape), space):
+        raise ConfigError(f'task {task}: {key} {list(np.atleast_1d(action))} is not an action of {space}')
+    return value.reshape(space.shape)
+
+
+def _in_box(value: np.ndarray, space: gym.spaces.Box) -> bool:
+    return bool(np.all(np.isfinite(value)) and np.all(value >= space.low) and np.all(value <= space.high))
+
+
 class PlanExecutor:
     """Env-side choice of the action for each tick from the plans that have arrived."""
 
-    hold: HoldMode
-    initial_action: int
-    noop_action: int | None = None
-    start_plan: tuple[int, ...] = ()  # a policy-free action cycle run until the first plan arrives
-    _plan: tuple[int, ...] = ()
-    _plan_seq: int = -1
-    _first_tick: int | None = None
-    _last_action: int = 0
-
-    def __post_init__(self) -> None:
-        if self.hold is HoldMode.NOOP and self.noop_action is None:
-            raise ValueError('hold mode noop needs a noop_action')
+    def __init__(self, spec: TaskSpec, action_space: gym.Space) -> None:
+        self.spec = spec
+        self.hold = spec.hold
+        self.initial_action, self.noop_action, self.start_plan = task_actions(spec, action_space)
         self.reset()
 
     def reset(self) -> None:
         """Forget every plan: the next ticks use the initial action."""
-        self._plan, self._plan_seq, self._first_tick = (), -1, None
+        self._plan: tuple[Any, ...] = ()
+        self._plan_seq, self._first_tick = -1, None
         self._last_action = self.initial_action
 
     @property
@@ -92,8 +135,8 @@ class PlanExecutor:
         """obs_seq of the newest plan accepted this episode, or -1."""
         return self._plan_seq
 
-    def offer(self, obs_seq: int, plan: Sequence[int]) -> Verdict:
-        """Take a plan if it answers a newer observation than the current one."""
+    def offer(self, obs_seq: int, plan: Sequence[Any]) -> Verdict:
+        """Take a plan (validated actions) if it answers a newer observation than the current one."""
         if obs_seq < self._plan_seq:
             return _STALE
         if obs_seq == self._plan_seq:
@@ -112,13 +155,13 @@ class PlanExecutor:
             if index >= len(plan) and first_use:
                 index = len(plan) - 1
             if index < len(plan):
-                self._last_action = action = int(plan[index])
+                self._last_action = action = plan[index]
                 return _new(AppliedAction, (action, plan_seq, index, False))
         elif self.start_plan:
             self._last_action = action = self.start_plan[(tick - 1) % len(self.start_plan)]
             return AppliedAction(action, -1, -1, True)
-        if self.hold is HoldMode.NOOP:
-            return AppliedAction(int(self.noop_action), plan_seq, -1, True)  # type: ignore[arg-type]
+        if self.noop_action is not None and self.hold is not HoldMode.LAST:
+            return AppliedAction(self.noop_action, plan_seq, -1, True)
         return _new(AppliedAction, (self._last_action, plan_seq, -1, True))
 
 
@@ -160,14 +203,9 @@ class Stepper:
     ``NetworkedEnv``, the node clock in the env node.
     """
 
-    env: Any  # gymnasium.Env with a Discrete action space
-    hold: HoldMode
-    initial_action: int = 0
-    noop_action: int | None = None
-    success_on_truncation: bool = False  # True: surviving to the time limit is success (CartPole);
-    # False: ending in a terminal state with positive reward is (MiniGrid)
+    env: Any  # gymnasium.Env with a Discrete or Box action space
+    spec: TaskSpec
     stamp_memory: int = 4096
-    start_plan: tuple[int, ...] = ()  # see PlanExecutor
     executor: PlanExecutor = field(init=False)
     episode: int = field(init=False, default=-1)
     tick_index: int = field(init=False, default=0)
@@ -177,10 +215,12 @@ class Stepper:
     _success: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.n_actions = int(self.env.action_space.n)
-        if self.start_plan and not _valid_plan(self.start_plan, self.n_actions):
-            raise ConfigError(f'start_plan {list(self.start_plan)} has actions outside 0..{self.n_actions - 1}')
-        self.executor = PlanExecutor(self.hold, self.initial_action, self.noop_action, tuple(self.start_plan))
+        space = self.env.action_space
+        self.continuous = isinstance(space, gym.spaces.Box)
+        self.n_actions = 0 if self.continuous else int(space.n)  # 0 for Box actions
+        self.action_shape: tuple[int, ...] = tuple(space.shape) if self.continuous else ()
+        self.executor = PlanExecutor(self.spec, space)
+        self._success_on_truncation = self.spec.success is SuccessRule.TIME_LIMIT
 
     def reset(self, now_s: float, seed: int | None = None) -> ObsRecord:
         """Start a new episode at ``now_s`` and return observation 0."""
@@ -193,8 +233,11 @@ class Stepper:
         return self._emit(obs, now_s, 0.0, False, False, None)
 
     def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float) -> Verdict:
-        """Handle an action message arriving at ``now_s``."""
-        if not _valid_plan(plan, self.n_actions):
+        """Handle an action message arriving at ``now_s``: a plan of ints (Discrete) or of action vectors
+        (Box). A plan that is empty, out of range or bounds, of the wrong shape or not finite is counted
+        and refused (``Verdict.INVALID``)."""
+        plan = self._checked_box_plan(plan) if self.continuous else _checked_plan(plan, self.n_actions)
+        if plan is None:
             self._count_rejected()
             return Verdict.INVALID
         if episode != self.episode or self.done:
@@ -226,7 +269,7 @@ class Stepper:
             summary.ticks_held += 1
         self.done = terminated or truncated
         if self.done:
-            if self.success_on_truncation:
+            if self._success_on_truncation:
                 self._success = truncated and not terminated
             else:
                 self._success = terminated and reward > 0
@@ -252,17 +295,30 @@ class Stepper:
         return _new(ObsRecord, (self.tick_index, self.episode, now_s, np.asarray(obs, dtype=np.float32), reward,
                                 terminated, truncated, applied))
 
+    def _checked_box_plan(self, plan: Sequence[Any]) -> tuple[np.ndarray, ...] | None:
+        """``plan`` as float32 action vectors if each has the action shape, is finite and within bounds."""
+        space, checked = self.env.action_space, []
+        for action in plan:
+            try:
+                value = np.asarray(action, dtype=np.float32)
+            except (TypeError, ValueError):
+                return None
+            if value.shape != space.shape or not _in_box(value, space):
+                return None
+            checked.append(value)
+        return tuple(checked) if checked else None
+
     def _count_rejected(self) -> None:
         if self._summary is not None:
             self._summary.rejected += 1
 
 
-def _valid_plan(plan: Sequence[Any], n_actions: int) -> bool:
-    """True if ``plan`` is non-empty and every element is an integer action in [0, n_actions)."""
+def _checked_plan(plan: Sequence[Any], n_actions: int) -> tuple[int, ...] | None:
+    """``plan`` as ints if it is non-empty and every element is an integer action in [0, n_actions)."""
     for action in plan:
         if not (isinstance(action, (int, np.integer)) and 0 <= action < n_actions):
-            return False
-    return len(plan) > 0
+            return None
+    return tuple(int(a) for a in plan) if len(plan) > 0 else None
 
 
 MAX_EPISODE_JUMP = 100

@@ -1,10 +1,10 @@
-"""NetworkedEnv follows DESIGN.md's timing rules exactly, in virtual time."""
+"""NetworkedEnv follows the timing rules of calf_core.timing exactly, in virtual time."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from test_timing import TickCounterEnv
+from test_timing import TickCounterEnv, task
 
 from calf_core.envs import make_env, make_networked_env
 from calf_core.link import Link
@@ -36,7 +36,7 @@ def run_seq_policy(env: NetworkedEnv, steps: int) -> list[dict]:
 def test_fixed_delays_apply_the_action_from_lag_ticks_earlier(up_ms: float, down_ms: float,
                                                                lag_ticks: int) -> None:
     inner = TickCounterEnv(length=40)
-    env = NetworkedEnv(inner, fixed_link(up_ms), fixed_link(down_ms), DT)
+    env = NetworkedEnv(inner, task(), fixed_link(up_ms), fixed_link(down_ms))
     run_seq_policy(env, 100)
     applied = inner.applied
     assert applied[:lag_ticks] == [0] * lag_ticks, 'the initial action is held until the first action arrives'
@@ -46,7 +46,7 @@ def test_fixed_delays_apply_the_action_from_lag_ticks_earlier(up_ms: float, down
 
 def test_reward_is_summed_over_the_ticks_between_decisions() -> None:
     inner = TickCounterEnv(length=30)
-    env = NetworkedEnv(inner, fixed_link(50), fixed_link(0), DT)
+    env = NetworkedEnv(inner, task(), fixed_link(50), fixed_link(0))
     obs, _ = env.reset(seed=0)
     assert obs[0] == 0
     total, ticks = 0.0, 0
@@ -60,7 +60,7 @@ def test_reward_is_summed_over_the_ticks_between_decisions() -> None:
 
 
 def test_e2e_latency_is_uplink_plus_compute_plus_downlink() -> None:
-    env = NetworkedEnv(TickCounterEnv(length=20), fixed_link(7), fixed_link(11), DT, compute_ms=2.0)
+    env = NetworkedEnv(TickCounterEnv(length=20), task(), fixed_link(7), fixed_link(11), compute_ms=2.0)
     infos = run_seq_policy(env, 100)
     e2e = np.concatenate([i['e2e_ms'] for i in infos])
     assert len(e2e) >= 18
@@ -71,7 +71,7 @@ def test_e2e_latency_is_uplink_plus_compute_plus_downlink() -> None:
 def test_lost_observations_hold_the_last_action() -> None:
     inner = TickCounterEnv(length=200)
     uplink = Link([BernoulliLoss(p=0.5)], np.random.default_rng(1))
-    env = NetworkedEnv(inner, uplink, fixed_link(0), DT)
+    env = NetworkedEnv(inner, task(), uplink, fixed_link(0))
     infos = run_seq_policy(env, 400)
     assert infos[-1]['obs_lost'] > 50
     ticks = [i['ticks'] for i in infos[1:]]
@@ -153,7 +153,7 @@ def run_plans(env: NetworkedEnv, steps: int) -> list[np.ndarray]:
 ])
 def test_executed_mask_names_the_plan_and_element_each_step_ran(up_ms: float, down_ms: float, first_step: int,
                                                                 lag: int, index: int) -> None:
-    env = NetworkedEnv(TickCounterEnv(length=30), fixed_link(up_ms), fixed_link(down_ms), DT, plan_horizon=4)
+    env = NetworkedEnv(TickCounterEnv(length=30), task(), fixed_link(up_ms), fixed_link(down_ms), plan_horizon=4)
     executed = run_plans(env, 100)
     expected = np.zeros((5, 4), dtype=np.uint8)
     expected[lag, index] = 1
@@ -165,7 +165,7 @@ def test_executed_mask_names_the_plan_and_element_each_step_ran(up_ms: float, do
 
 def test_executed_mask_reports_a_plan_that_outlives_lost_successors() -> None:
     inner = TickCounterEnv(length=12)
-    env = NetworkedEnv(inner, fixed_link(0), fixed_link(0), DT, plan_horizon=4)
+    env = NetworkedEnv(inner, task(), fixed_link(0), fixed_link(0), plan_horizon=4)
     env.reset(seed=0)
     env.step(np.array([1, 2, 1, 2]))
     env.downlink = Link([BernoulliLoss(p=1.0)], np.random.default_rng(0))  # every later plan is lost

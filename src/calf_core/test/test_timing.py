@@ -5,7 +5,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from calf_core.task_spec import SuccessRule, TaskSpec
 from calf_core.timing import HoldMode, ObservationGate, PlanExecutor, Stepper, Verdict
+
+DISCRETE_7 = gym.spaces.Discrete(7)
+
+
+def task(hold: HoldMode = HoldMode.LAST, **fields) -> TaskSpec:
+    """A test task ticking every 20 ms."""
+    return TaskSpec('test', 0.02, hold=hold, **fields)
 
 
 class TickCounterEnv(gym.Env):
@@ -29,7 +37,7 @@ class TickCounterEnv(gym.Env):
 
 
 def test_single_action_is_held_until_a_newer_one_arrives() -> None:
-    ex = PlanExecutor(HoldMode.LAST, initial_action=0)
+    ex = PlanExecutor(task(initial_action=0), DISCRETE_7)
     assert ex.action_for_tick(1).action == 0
     assert ex.offer(0, [2]) is Verdict.ACCEPTED
     applied = [ex.action_for_tick(t) for t in (2, 3, 4)]
@@ -38,14 +46,14 @@ def test_single_action_is_held_until_a_newer_one_arrives() -> None:
 
 
 def test_noop_hold_applies_a_late_action_once() -> None:
-    ex = PlanExecutor(HoldMode.NOOP, initial_action=6, noop_action=6)
+    ex = PlanExecutor(task(HoldMode.NOOP, initial_action=6, noop_action=6), DISCRETE_7)
     ex.offer(0, [2])
     assert [ex.action_for_tick(t).action for t in (4, 5, 6)] == [2, 6, 6]
 
 
 def test_plan_elements_apply_by_tick_index() -> None:
     """Fixed 3-tick delay, H = 8: at tick k+4 the env applies plan[3] of the plan from observation k."""
-    ex = PlanExecutor(HoldMode.LAST, initial_action=0)
+    ex = PlanExecutor(task(initial_action=0), DISCRETE_7)
     k = 10
     plan = [1, 2, 1, 2, 0, 0, 1, 1]
     ex.offer(k, plan)
@@ -56,7 +64,7 @@ def test_plan_elements_apply_by_tick_index() -> None:
 
 
 def test_stale_plans_are_discarded() -> None:
-    ex = PlanExecutor(HoldMode.LAST, initial_action=0)
+    ex = PlanExecutor(task(initial_action=0), DISCRETE_7)
     assert ex.offer(5, [1]) is Verdict.ACCEPTED
     assert ex.offer(3, [2]) is Verdict.STALE
     assert ex.offer(5, [2]) is Verdict.DUPLICATE
@@ -64,7 +72,7 @@ def test_stale_plans_are_discarded() -> None:
 
 
 def test_stepper_measures_e2e_on_env_side_and_rejects_bad_actions() -> None:
-    stepper = Stepper(TickCounterEnv(), HoldMode.LAST)
+    stepper = Stepper(TickCounterEnv(), task(success=SuccessRule.GOAL))
     first = stepper.reset(0.0, seed=0)
     assert (first.seq, first.episode, first.stamp_s) == (0, 0, 0.0)
     assert stepper.on_action(0, 0, [1], 0.013) is Verdict.ACCEPTED
@@ -78,7 +86,7 @@ def test_stepper_measures_e2e_on_env_side_and_rejects_bad_actions() -> None:
 
 
 def test_stepper_episode_ends_and_requires_reset() -> None:
-    stepper = Stepper(TickCounterEnv(length=3), HoldMode.LAST, success_on_truncation=True)
+    stepper = Stepper(TickCounterEnv(length=3), task(success=SuccessRule.TIME_LIMIT))
     stepper.reset(0.0)
     records = [stepper.tick(0.02 * t) for t in (1, 2, 3)]
     assert records[-1].truncated and stepper.done

@@ -8,11 +8,12 @@ from rclpy.node import Node
 
 from calf_core.envs import env_spec, parse_start_plan
 from calf_core.errors import ConfigError
+from calf_core.task_spec import Action
 from calf_ros.node_params import declare_parameters, positive_number
 from calf_ros.qos import STREAM, QosConfig
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
-    'dt': (None, 'tick period of the task (seconds); default: the task\'s own (cartpole 0.02, minigrid 0.1)'),
+    'dt': (None, 'tick period of the task (seconds); default: its task spec\'s (cartpole 0.02, minigrid 0.1)'),
     'time_scale': (1.0, 'divides dt, so that the graph runs this many times faster than real time'),
     'seed': (0, 'seed of the first episode\'s reset; later episodes continue its random stream'),
     'episodes': (0, 'episodes to run before exiting; 0 runs forever'),
@@ -27,7 +28,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'qos_depth': (STREAM.depth, 'QoS history depth of observation/action'),
     'stats_period_s': (1.0, 'period of LinkStats on link_stats (seconds)'),
     'start_plan': ('', 'actions cycled until the first plan of an episode arrives, e.g. [0, 1]; '
-                       'empty: hold the initial action'),
+                       'empty: the task spec\'s start plan, else hold the initial action'),
 }
 FLOATS = ('dt', 'time_scale', 'stats_period_s')  # `-p time_scale:=4` works as well as 4.0
 
@@ -44,7 +45,7 @@ class EnvNodeConfig:
     policy_timeout_s: float
     qos: QosConfig
     stats_period_s: float
-    start_plan: tuple[int, ...] = ()
+    start_plan: tuple[Action, ...] | None = None  # None: the task spec's
 
     @property
     def tick_s(self) -> float:
@@ -54,10 +55,11 @@ class EnvNodeConfig:
     @classmethod
     def from_node(cls, node: Node) -> EnvNodeConfig:
         """Declare every parameter on ``node`` (dt's default follows env), read and validate them once."""
-        env = declare_parameters(node, {'env': ('cartpole', 'task: cartpole or minigrid')})['env']
+        env = declare_parameters(node, {'env': ('cartpole', 'task: cartpole, minigrid, a gymnasium id, '
+                                                            'package.module:callable or a task spec .yaml')})['env']
         defaults = {**PARAMETERS, 'dt': (env_spec(env).dt, PARAMETERS['dt'][1])}
         p = declare_parameters(node, defaults, dynamic=(*FLOATS, 'start_plan', 'policy_timeout_s'))
-        p['start_plan'] = parse_start_plan(p['start_plan'])
+        p['start_plan'] = parse_start_plan(p['start_plan']) or None
         for name in FLOATS:
             p[name] = positive_number(name, p[name])
         if p['episodes'] < 0:

@@ -1,0 +1,138 @@
+"""TaskSpec: what CALF needs to know about a task that gymnasium does not say, in one frozen object.
+
+A spec is read from YAML (the built-in tasks are ``calf_core/tasks/*.yaml``; a user's is given with
+``--env-spec FILE.yaml``) or built in code. Its keys::
+
+    env: Pendulum-v1          # a registered gymnasium id or a package.module:callable returning an env
+    dt: 0.05                  # tick period (seconds); default: the env's own ``env.unwrapped.dt``
+    hold: zero                # last | zero | noop: what a tick without a fresh plan element applies
+    noop_action: 6            # the action that hold noop applies (an int, or a list for Box actions)
+    initial_action: 0         # applied before the first plan arrives; default: the no-op, zeros or 0
+    start_plan: [0, 1]        # a policy-free cycle applied before the first plan instead
+    safe_start: [0, 1]        # a start plan known to keep the task recoverable (the model planner's)
+    success: time_limit       # time_limit (survives to truncation) | goal (terminal with reward > 0)
+    observation_keys: [image] # Dict/Tuple observations: the parts flattened into one vector, in order
+    imports: [minigrid]       # modules imported first, to register the env's id
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from calf_core.errors import ConfigError
+
+Action = int | tuple[float, ...]
+"""One action as a spec gives it: a Discrete index or the values of a Box action."""
+
+
+class HoldMode(enum.Enum):
+    """What the env applies on ticks not covered by a plan."""
+
+    LAST = 'last'  # the last applied action again (zero-order hold)
+    ZERO = 'zero'  # a zero command (Box actions): a policy that falls silent stops the robot
+    NOOP = 'noop'  # the spec's named no-op action
+
+
+class SuccessRule(enum.Enum):
+    """When an episode counts as a success."""
+
+    TIME_LIMIT = 'time_limit'  # it reached the time limit without terminating (CartPole, balancing tasks)
+    GOAL = 'goal'  # it ended in a terminal state with a positive reward (MiniGrid)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """How one task is ticked and what it does without a fresh action (see the module doc)."""
+
+    name: str
+    dt: float
+    env: str = ''
+    hold: HoldMode = HoldMode.LAST
+    noop_action: Action | None = None
+    initial_action: Action | None = None
+    start_plan: tuple[Action, ...] = ()
+    safe_start: tuple[Action, ...] = ()
+    success: SuccessRule = SuccessRule.TIME_LIMIT
+    observation_keys: tuple[str | int, ...] | None = None
+    imports: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool) and self.dt > 0):
+            raise ConfigError(f'task {self.name}: dt must be a tick period in seconds > 0, got {self.dt!r}')
+        if self.hold is HoldMode.NOOP and self.noop_action is None:
+            raise ConfigError(f'task {self.name}: hold noop needs a noop_action')
+
+
+_KEYS = {f.name for f in fields(TaskSpec)}
+
+
+def spec_from_mapping(data: Any, name: str, dt: float | None = None) -> TaskSpec:
+    """A TaskSpec from a parsed YAML mapping; ``dt`` fills in a missing tick. One-line ConfigErrors."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f'task spec {name}: expected a mapping of keys such as env, dt, hold, got {data!r}')
+    unknown = sorted(set(data) - _KEYS - {'name'})
+    if unknown:
+        raise ConfigError(f'task spec {name}: unknown key {unknown[0]!r}: use {", ".join(sorted(_KEYS - {"name"}))}')
+    values = dict(data)
+    values['name'] = str(values.get('name', name))
+    if values.get('dt') is None:
+        if dt is None:
+            raise ConfigError(f'task spec {name}: the env has no dt of its own: give the tick period as '
+                              f'`dt: SECONDS` in its spec file')
+        values['dt'] = dt
+    values['hold'] = _enum(HoldMode, values.get('hold', 'last'), 'hold', name)
+    values['success'] = _enum(SuccessRule, values.get('success', 'time_limit'), 'success', name)
+    for key in ('noop_action', 'initial_action'):
+        if values.get(key) is not None:
+            values[key] = _action(values[key], key, name)
+    for key in ('start_plan', 'safe_start'):
+        plan = values.get(key) or []
+        if not isinstance(plan, list):
+            raise ConfigError(f'task spec {name}: {key} must be a list of actions, got {plan!r}')
+        values[key] = tuple(_action(a, key, name) for a in plan)
+    for key in ('observation_keys', 'imports'):
+        if values.get(key) is not None:
+            if not isinstance(values[key], list):
+                raise ConfigError(f'task spec {name}: {key} must be a list, got {values[key]!r}')
+            values[key] = tuple(values[key])
+    values['imports'] = values.get('imports') or ()
+    values['env'] = str(values.get('env') or '')
+    return TaskSpec(**values)
+
+
+def parse_start_plan(value: Any) -> tuple[Action, ...]:
+    """A start plan given as a list of actions, or as its YAML text (``''``: none), else a ConfigError."""
+    import yaml
+
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value) if value.strip() else []
+        except yaml.YAMLError:
+            pass  # reported below, as the text it is
+    try:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError('not a list')
+        return tuple(_action(a, 'start_plan', None) for a in value)
+    except ConfigError:
+        raise ConfigError(f'start_plan must be a list of integer actions such as [0, 1], got {value!r}') from None
+
+
+def _action(value: Any, key: str, name: str | None) -> Action:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return tuple(float(v) for v in value)
+    where = f'task spec {name}: ' if name else ''
+    raise ConfigError(f'{where}{key} must hold integer actions such as [0, 1] or lists of numbers for '
+                      f'continuous actions, got {value!r}')
+
+
+def _enum(kind: type[enum.Enum], value: Any, key: str, name: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f'task spec {name}: {key} must be one of {", ".join(m.value for m in kind)}, '
+                          f'got {value!r}') from None
