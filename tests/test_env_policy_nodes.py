@@ -128,13 +128,13 @@ def test_next_tick_skips_whole_missed_deadlines(k: int, elapsed_s: float, expect
 def test_env_config_defaults_and_errors(graph: Graph) -> None:
     env = env_node(graph, 'cfg', env='minigrid', time_scale=4)  # an integer is taken for a float
     assert (env.config.dt, env.config.time_scale, env.config.tick_s) == (0.1, 4.0, 0.025)
-    assert env.config.qos.depth == STREAM.depth and env.config.episodes == 0 and env.config.start_plan == ()
+    assert env.config.qos.depth == STREAM.depth and env.config.episodes == 0 and env.config.start_plan is None
     assert env_node(graph, 'cfg', start_plan=[0, 1]).stepper.executor.start_plan == (0, 1)
     for bad, match in [({'env': 'pong'}, 'unknown env'), ({'time_scale': 0.0}, 'time_scale'),
                        ({'episodes': -1}, 'episodes'), ({'qos_reliability': 'sometimes'}, 'reliability'),
                        ({'policy_timeout_s': -1.0}, 'policy_timeout_s must be a number >= 0'),
                        ({'start_plan': 'left'}, 'start_plan must be a list of integer actions'),
-                       ({'start_plan': [0, 5]}, r'start_plan \[0, 5\] has actions outside 0..1')]:
+                       ({'start_plan': [0, 5]}, r'task cartpole: start_plan 5 is not an action in 0..1')]:
         with pytest.raises(ConfigError, match=match):
             env_node(graph, 'cfg', **bad)
 

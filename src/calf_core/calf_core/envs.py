@@ -49,9 +49,11 @@ def add_env_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_env_arg(env: str | None, env_spec_file: str | None) -> str:
-    """The one ``--env`` string for ``--env NAME`` and/or ``--env-spec FILE`` (the file's path, checked)."""
+    """The one ``--env`` string for ``--env NAME`` and/or ``--env-spec FILE`` (the file's path), checked."""
     if env_spec_file is None:
-        return env or 'cartpole'
+        env = env or 'cartpole'
+        env_spec(env)
+        return env
     path = str(Path(env_spec_file).resolve())
     spec = env_spec(path)
     if env is not None and env not in (spec.env, spec.name):
@@ -175,6 +177,10 @@ def _construct(env_name: str) -> gym.Env:
     try:
         env = factory() if factory is not None else gym.make(env_name)
     except gym.error.Error as err:
+        if ':' in env_name:
+            module, _, attr = env_name.partition(':')
+            raise ConfigError(f'entry point {env_name}: module {module} has no callable {attr!r} and gymnasium '
+                              f'knows no such id') from None
         raise ConfigError(f'env {env_name!r}: {" ".join(str(err).split())}') from None
     if not isinstance(env, gym.Env):
         raise ConfigError(f'entry point {env_name} returned {type(env).__name__}, not a gymnasium env')

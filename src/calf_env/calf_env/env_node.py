@@ -150,7 +150,7 @@ class EnvNode(Node):
         _, now = self._now()
         self.actions_received += 1
         try:
-            action = msg_to_plan(msg, self.stepper.n_actions)
+            action = msg_to_plan(msg, self.stepper.n_actions, self.stepper.action_shape)
         except MessageError as err:
             self._reject(err)
             return
@@ -160,7 +160,7 @@ class EnvNode(Node):
         self.rejected += 1
         self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
 
-    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[int], now: float) -> None:
+    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float) -> None:
         """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``."""
         with self._lock:
             self.gate.heard(now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -30,7 +30,7 @@ class ReceivedObservation(NamedTuple):
 class ReceivedAction(NamedTuple):
     episode: int
     obs_seq: int
-    plan: list[int]
+    plan: list[Any]  # ints (Discrete) or float32 action vectors (Box)
     source: str
     compute_ms: float
 
@@ -70,19 +70,31 @@ def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
                                msg.truncated)
 
 
-def plan_to_msg(obs: ReceivedObservation, plan: Sequence[int], source: str, compute_ms: float,
+def plan_to_msg(obs: ReceivedObservation, plan: Sequence[Any], source: str, compute_ms: float,
                 stamp_ns: int) -> Action:
+    """An Action for ``plan``: ints go to discrete/discrete_plan, action vectors (Box) to continuous."""
     msg = Action()
     msg.header.stamp = time_msg(stamp_ns)
     msg.obs_seq, msg.episode = obs.seq, obs.episode
-    msg.discrete = int(plan[0])
-    msg.discrete_plan = [int(a) for a in plan] if len(plan) > 1 else []
+    if isinstance(plan[0], (int, np.integer)):
+        msg.discrete = int(plan[0])
+        msg.discrete_plan = [int(a) for a in plan] if len(plan) > 1 else []
+    else:
+        values = np.asarray(plan, dtype=np.float32).reshape(len(plan), -1)
+        msg.continuous, msg.continuous_dim = values.reshape(-1).tolist(), values.shape[1]
     msg.source, msg.compute_ms = source, float(compute_ms)
     return msg
 
 
-def msg_to_plan(msg: Action, n_actions: int) -> ReceivedAction:
-    """Validate an Action: every planned action must be in range."""
+def msg_to_plan(msg: Action, n_actions: int, action_shape: tuple[int, ...] = ()) -> ReceivedAction:
+    """Validate an Action: discrete actions in range for a Discrete env (``n_actions`` > 0); for a Box env
+    (``action_shape``), continuous values that fill whole actions of that shape and are finite. Bounds are
+    the stepper's to check (``Verdict.INVALID``). No plan is longer than any plan horizon."""
+    if action_shape:
+        plan: list[Any] = _continuous_plan(msg, action_shape)
+        return ReceivedAction(msg.episode, msg.obs_seq, plan, msg.source, msg.compute_ms)
+    if msg.continuous:
+        raise MessageError(f'action for obs {msg.obs_seq}: continuous values for an env with discrete actions')
     if len(msg.discrete_plan) > MAX_PLAN_HORIZON:
         raise MessageError(f'action for obs {msg.obs_seq}: a plan of {len(msg.discrete_plan)} actions is longer than '
                            f'any plan horizon ({MAX_PLAN_HORIZON})')
@@ -90,9 +102,24 @@ def msg_to_plan(msg: Action, n_actions: int) -> ReceivedAction:
     bad = [a for a in plan if not 0 <= a < n_actions]
     if bad:
         raise MessageError(f'action for obs {msg.obs_seq}: {bad[0]} is outside 0..{n_actions - 1}')
-    if msg.continuous and not np.all(np.isfinite(np.asarray(msg.continuous))):
-        raise MessageError(f'action for obs {msg.obs_seq}: continuous values contain NaN or infinity')
     return ReceivedAction(msg.episode, msg.obs_seq, plan, msg.source, msg.compute_ms)
+
+
+def _continuous_plan(msg: Action, action_shape: tuple[int, ...]) -> list[np.ndarray]:
+    size = int(np.prod(action_shape))
+    values = np.asarray(msg.continuous, dtype=np.float32)
+    dim = msg.continuous_dim or values.size
+    if values.size == 0:
+        raise MessageError(f'action for obs {msg.obs_seq}: no continuous values for an env with continuous actions')
+    if dim != size or values.size % size:
+        raise MessageError(f'action for obs {msg.obs_seq}: {values.size} continuous values in actions of '
+                           f'{dim} do not make actions of shape {list(action_shape)}')
+    if values.size // size > MAX_PLAN_HORIZON:
+        raise MessageError(f'action for obs {msg.obs_seq}: a plan of {values.size // size} actions is longer than '
+                           f'any plan horizon ({MAX_PLAN_HORIZON})')
+    if not np.all(np.isfinite(values)):
+        raise MessageError(f'action for obs {msg.obs_seq}: continuous values contain NaN or infinity')
+    return list(values.reshape(-1, *action_shape))
 
 
 def summary_to_msg(summary: EpisodeSummary, seq: int, stamp_ns: int) -> EpisodeResult:

@@ -1,0 +1,71 @@
+"""``--env`` resolution: built-in tasks, gymnasium ids, entry points and task spec files, with one-line errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calf_core.envs import env_spec, make_env, resolve_env_arg
+from calf_core.errors import ConfigError
+from calf_core.task_spec import HoldMode, SuccessRule
+
+
+def test_builtin_tasks_come_from_their_spec_files() -> None:
+    cartpole, minigrid = env_spec('cartpole'), env_spec('minigrid')
+    assert (cartpole.env, cartpole.dt, cartpole.hold, cartpole.safe_start, cartpole.success) == (
+        'CartPole-v1', 0.02, HoldMode.LAST, (0, 1), SuccessRule.TIME_LIMIT)
+    assert (minigrid.dt, minigrid.hold, minigrid.noop_action, minigrid.success) == (0.1, HoldMode.NOOP, 6,
+                                                                                       SuccessRule.GOAL)
+    assert make_env('minigrid').observation_space.shape == (147,)  # the image part of the Dict, flattened
+
+
+def test_a_gymnasium_id_ticks_at_the_envs_own_dt_and_holds_zero_for_box_actions() -> None:
+    spec = env_spec('Pendulum-v1')
+    assert (spec.env, spec.dt, spec.hold) == ('Pendulum-v1', 0.05, HoldMode.ZERO)
+    assert env_spec('Acrobot-v1').hold is HoldMode.LAST  # Discrete actions: zero-order hold
+
+
+def test_an_entry_point_takes_the_spec_file_beside_its_module() -> None:
+    spec = env_spec('robot_task:make_wheel')
+    assert (spec.env, spec.dt, spec.hold) == ('robot_task:make_wheel', 0.01, HoldMode.ZERO)
+    assert make_env('robot_task:make_wheel').action_space.shape == (1,)
+
+
+def test_a_spec_file_names_its_env_and_may_leave_dt_to_it(tmp_path: Path) -> None:
+    path = tmp_path / 'pendulum.yaml'
+    path.write_text('env: Pendulum-v1\nhold: last\nsuccess: goal\n')
+    resolved = resolve_env_arg(None, str(path))
+    spec = env_spec(resolved)
+    assert (spec.env, spec.dt, spec.hold, spec.success) == ('Pendulum-v1', 0.05, HoldMode.LAST, SuccessRule.GOAL)
+    assert resolve_env_arg('Pendulum-v1', str(path)) == resolved
+    with pytest.raises(ConfigError, match='disagree'):
+        resolve_env_arg('cartpole', str(path))
+
+
+@pytest.mark.parametrize('name, message', [
+    ('NoSuchEnv-v0', "unknown env 'NoSuchEnv-v0': give a built-in task"),
+    ('no_such_module:make', 'cannot import no_such_module'),
+    ('gymnasium.envs.classic_control.cartpole:CartPoleEnv', 'has no dt of its own: give its tick period'),
+    ('robot_task:NOT_CALLABLE', "module robot_task has no callable 'NOT_CALLABLE'"),
+])
+def test_bad_envs_are_one_line_config_errors(name: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        env_spec(name)
+    assert '\n' not in str(err.value)
+
+
+@pytest.mark.parametrize('text, message', [
+    ('env: robot_task:make_wheel_nodt\n', "module robot_task has no callable 'make_wheel_nodt'"),
+    ('hold: zero\n', 'names no env'),
+    ('env: gymnasium.envs.classic_control.cartpole:CartPoleEnv\n', 'has no dt of its own'),
+    ('env: Pendulum-v1\nhold: sometimes\n', 'hold must be one of last, zero, noop'),
+    ('env: Pendulum-v1\ntick: 0.05\n', "unknown key 'tick'"),
+    ('env: Pendulum-v1\ndt: -1\n', 'dt must be a tick period in seconds > 0'),
+    ('env: Acrobot-v1\nhold: noop\n', 'hold noop needs a noop_action'),
+])
+def test_bad_spec_files_are_one_line_config_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / 'task.yaml'
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        env_spec(str(path))
+    assert '\n' not in str(err.value)
