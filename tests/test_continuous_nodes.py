@@ -1,0 +1,65 @@
+"""A continuous task over DDS: the env node runs Pendulum-v1 and applies continuous Action plans.
+
+A small policy in the test answers each observation with a torque plan; the env node applies it
+under hold zero, refuses malformed or out-of-bounds actions and counts them, and keeps ticking.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_env_policy_nodes import Graph, Probe, env_node, linked
+
+from calf_core.timing import Verdict
+from calf_msgs.msg import Observation
+from calf_ros.conversions import msg_to_obs, plan_to_msg
+from calf_ros.qos import STREAM
+
+pytestmark = pytest.mark.ros
+
+
+class TorquePolicy(Probe):
+    """Answers every observation with a two-element plan of torques, -theta_dot clipped to [-2, 2]."""
+
+    def __init__(self, graph: Graph, namespace: str) -> None:
+        super().__init__(graph.context, namespace)
+        self.answered = 0
+        self.create_subscription(Observation, 'observation', self._on_obs, STREAM.profile())
+
+    def _on_obs(self, msg: Observation) -> None:
+        obs = msg_to_obs(msg, 3)
+        if obs.terminated or obs.truncated:
+            return
+        torque = np.clip(-obs.obs[2:3], -2.0, 2.0).astype(np.float32)
+        self.action_pub.publish(plan_to_msg(obs, [torque, torque], 'torque', 0.0, 0))
+        self.answered += 1
+
+
+@pytest.fixture
+def graph() -> Graph:
+    graph = Graph()
+    yield graph
+    graph.close()
+
+
+def test_the_env_node_applies_continuous_plans_and_refuses_bad_ones(graph: Graph) -> None:
+    policy = graph.add(TorquePolicy(graph, 'pendulum'))
+    env = env_node(graph, 'pendulum', env='Pendulum-v1', episodes=1)
+    assert env.stepper.continuous and env.stepper.executor.noop_action.tolist() == [0.0]
+    assert graph.until(lambda: policy.answered > 5)
+    assert graph.until(lambda: linked(policy.action_pub, env))
+    for bad in ([np.array([np.nan], np.float32)], [np.array([3.0], np.float32)]):  # NaN; beyond the bound 2
+        before = env.rejected + env.verdicts[Verdict.INVALID]
+        msg = plan_to_msg(msg_to_obs(_observation(env.stepper.tick_index, env.stepper.episode), 3), bad,
+                          'bad', 0.0, 0)
+        policy.action_pub.publish(msg)
+        assert graph.until(lambda before=before: env.rejected + env.verdicts[Verdict.INVALID] > before)
+    assert graph.until(lambda: env.finished.is_set() and len(policy.results) == 1, timeout_s=30.0)
+    result = policy.results[0]
+    assert result.length == 200 and result.actions_applied > 100
+    assert result.rejected == 1  # out of bounds: refused by the stepper and counted in the episode
+    assert env.rejected == 1  # NaN: refused at the message edge
+    assert env.verdicts[Verdict.ACCEPTED] >= result.actions_applied
+
+
+def _observation(seq: int, episode: int) -> Observation:
+    return Observation(seq=seq, episode=episode, data=[1.0, 0.0, 0.0], shape=[3])
