@@ -4,7 +4,8 @@
 
 - a built-in task, ``cartpole`` or ``minigrid`` (``calf_core/tasks/NAME.yaml``);
 - a task spec file, ``my_robot.yaml`` (``--env-spec``), whose ``env`` key names one of the next two;
-- a registered gymnasium id, such as ``Pendulum-v1`` or ``InvertedPendulum-v5``;
+- a registered gymnasium id, such as ``Pendulum-v1`` or ``InvertedPendulum-v5`` (a built-in task's
+  id, ``CartPole-v1``, is that task);
 - a ``package.module:callable`` entry point returning a gymnasium env; a spec file
   ``package/module.calf.yaml`` beside the module gives its tick and hold rule.
 
@@ -36,7 +37,7 @@ TASKS_DIR = Path(__file__).resolve().parent / 'tasks'
 BUILTIN_TASKS: tuple[str, ...] = tuple(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))
 SPEC_SUFFIXES = ('.yaml', '.yml')
 
-__all__ = ['BUILTIN_TASKS', 'add_env_arguments', 'FlattenObservation', 'env_spec', 'make_env', 'make_networked_env',
+__all__ = ['BUILTIN_TASKS', 'add_env_arguments', 'builtin_for_id', 'FlattenObservation', 'env_spec', 'make_env', 'make_networked_env',
            'make_stepper', 'parse_start_plan', 'resolve_env_arg']
 
 
@@ -61,11 +62,19 @@ def resolve_env_arg(env: str | None, env_spec_file: str | None) -> str:
     return path
 
 
+def builtin_for_id(gym_id: str) -> str | None:
+    """The built-in task that runs gymnasium id ``gym_id`` (``CartPole-v1``: ``cartpole``), if any."""
+    return next((name for name in BUILTIN_TASKS if env_spec(name).env == gym_id), None)
+
+
 @functools.lru_cache(maxsize=64)
 def env_spec(name: str) -> TaskSpec:
     """The TaskSpec for ``name`` (see the module doc), or a one-line ConfigError."""
     if name in BUILTIN_TASKS:
         return _spec_file(TASKS_DIR / f'{name}.yaml', name)
+    builtin = builtin_for_id(name)
+    if builtin is not None:
+        return env_spec(builtin)
     if name.endswith(SPEC_SUFFIXES):
         return _spec_file(Path(name), name)
     if ':' in name and _entry_point(name, required=False) is not None:
@@ -98,13 +107,13 @@ def make_stepper(name: str, env: gym.Env | None = None, start_plan: tuple[Action
 
 def make_networked_env(name: str, profile: Profile, seed: int | None = None, plan_horizon: int = 1,
                        links: tuple[Link, Link] | None = None, env: gym.Env | None = None,
-                       start_plan: tuple[Action, ...] | None = None) -> NetworkedEnv:
+                       start_plan: tuple[Action, ...] | None = None, task: TaskSpec | None = None) -> NetworkedEnv:
     """``name`` (or ``env``, a variant of it) behind ``profile``'s uplink and downlink, in virtual time.
 
     ``start_plan`` is the env-side action cycle run until the first plan arrives (default: the spec's,
-    else hold the initial action).
+    else hold the initial action). ``task`` replaces ``name``'s spec.
     """
-    spec = _with_start_plan(env_spec(name), start_plan)
+    spec = _with_start_plan(task or env_spec(name), start_plan)
     uplink, downlink = links if links is not None else profile.make_links(np.random.default_rng(seed))
     inner = env if env is not None else make_env(name, spec)
     return NetworkedEnv(inner, spec, uplink, downlink, profile.compute_ms, plan_horizon, seed)

@@ -1,0 +1,89 @@
+"""CALF as a gymnasium wrapper: ``calf_core.wrap(env, network=...)`` and ``gym.make('calf/Networked-v0', ...)``.
+
+    import calf_core
+    env = calf_core.wrap(gym.make('Pendulum-v1'), network='wifi_degraded')
+    envs = gym.make_vec('calf/Networked-v0', num_envs=8, env='Pendulum-v1', network='wifi_normal')
+
+The wrapped env is a :class:`calf_core.networked_env.NetworkedEnv`: every observation crosses the
+network's uplink and every action its downlink, in virtual time, under CALF's timing rules
+(:mod:`calf_core.timing`). One ``step`` is one decision: the reward is summed over the env ticks
+until the next observation reaches the agent (``info['ticks']`` of them). ``plan_horizon`` H > 1
+makes an action a plan for the H ticks after the observation it answers. ``info`` keys are listed in
+the NetworkedEnv module doc.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import gymnasium as gym
+
+from calf_core.envs import FlattenObservation, builtin_for_id, env_spec, make_env, make_networked_env
+from calf_core.errors import ConfigError
+from calf_core.networked_env import NetworkedEnv
+from calf_core.profiles import Profile
+from calf_core.task_spec import HoldMode, TaskSpec
+from calf_core.traces import resolve_network
+
+ENV_ID = 'calf/Networked-v0'
+
+
+def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,
+         seed: int = 0, plan_horizon: int = 1, task: TaskSpec | str | None = None) -> NetworkedEnv:
+    """``env`` behind ``network``, in virtual time.
+
+    - ``env``: a gymnasium env, or a name as ``--env`` takes it (``Pendulum-v1``, ``cartpole``,
+      ``package.module:callable``, a task spec ``.yaml``).
+    - ``network``: a built-in profile name (``sim_clean``, ``wifi_normal``, ``wifi_degraded``, ...), a
+      profile YAML path, a recorded trace bag (replayed), or a :class:`~calf_core.profiles.Profile`.
+    - ``dt``: the tick period in seconds; default the task spec's, else the env's own
+      ``env.unwrapped.dt``; an env with neither raises a ConfigError asking for it.
+    - ``seed``: seeds the links and the first reset; ``reset(seed=...)`` reseeds both.
+    - ``task``: a :class:`~calf_core.task_spec.TaskSpec` or spec file for what gymnasium does not say
+      (hold rule, initial action, start plan, success rule); default: Box actions hold ``zero``,
+      Discrete ones hold ``last``.
+    """
+    profile = network if isinstance(network, Profile) else resolve_network(network)
+    spec = _task_for(env, task, dt)
+    if dt is not None:
+        spec = dataclasses.replace(spec, dt=dt)
+    inner = env if isinstance(env, gym.Env) else make_env(spec.name, spec)
+    if isinstance(inner.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        inner = FlattenObservation(inner, spec.observation_keys)
+    return make_networked_env(spec.name, profile, seed=seed, plan_horizon=plan_horizon, env=inner, task=spec)
+
+
+def make(env: str | gym.Env = 'cartpole', network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,
+         seed: int = 0, plan_horizon: int = 1, task: TaskSpec | str | None = None) -> NetworkedEnv:
+    """The entry point of ``calf/Networked-v0``: :func:`wrap` with the same arguments."""
+    return wrap(env, network, dt, seed, plan_horizon, task)
+
+
+def _task_for(env: gym.Env | str, task: TaskSpec | str | None, dt: float | None) -> TaskSpec:
+    """The TaskSpec of ``env``: ``task`` if given, a name's own, a built-in's for its gymnasium id, or the
+    default for an env instance (its dt; hold zero for Box actions, last for Discrete ones)."""
+    if isinstance(task, TaskSpec):
+        return task
+    if task is not None:
+        return env_spec(str(task))
+    if isinstance(env, str):
+        return env_spec(env)
+    gym_id = env.spec.id if env.spec is not None else None
+    builtin = builtin_for_id(gym_id) if gym_id else None
+    if builtin is not None:
+        return env_spec(builtin)
+    name = gym_id or type(env.unwrapped).__name__
+    dt = dt if dt is not None else getattr(env.unwrapped, 'dt', None)
+    if dt is None:
+        raise ConfigError(f'env {name} has no dt of its own: give its tick period, wrap(env, dt=SECONDS)')
+    hold = HoldMode.ZERO if isinstance(env.action_space, gym.spaces.Box) else HoldMode.LAST
+    return TaskSpec(name, float(dt), env=gym_id or '', hold=hold)
+
+
+def register() -> None:
+    """Register ``calf/Networked-v0`` with gymnasium (done on ``import calf_core``)."""
+    if ENV_ID not in gym.registry:
+        gym.register(ENV_ID, entry_point='calf_core.api:make', disable_env_checker=True)
+
+
+__all__ = ['ENV_ID', 'ConfigError', 'make', 'register', 'wrap']
