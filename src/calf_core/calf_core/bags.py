@@ -3,8 +3,8 @@
 A trace bag holds ``calf_msgs/msg/TraceSample`` rows on ``/calf/trace`` (the generic shim's: on
 ``/calf/trace/<relayed topic>``; readers take the rows of every TraceSample topic) and, optionally,
 the raw Observation and Action topics they were measured on. The calf_msgs types are registered
-in rosbags from their ``.msg`` files (the installed share directory of calf_msgs, else the source
-tree), so a bag carries the same definitions and type hashes as one from ``ros2 bag record``.
+in rosbags from their ``.msg`` files (see ``msg_dir``), so a bag carries the same definitions and
+type hashes as one from ``ros2 bag record``.
 
 Durability: ``TraceBagWriter.flush()`` ends the current MCAP chunk and fsyncs the file (sqlite3:
 commits). A writer killed before ``close()`` leaves no metadata.yaml and, for MCAP, no summary or
@@ -40,6 +40,7 @@ TRACE_TYPE = 'calf_msgs/msg/TraceSample'
 OBSERVATION_TYPE = 'calf_msgs/msg/Observation'
 ACTION_TYPE = 'calf_msgs/msg/Action'
 _SOURCE_MSG_DIR = Path(__file__).resolve().parents[2] / 'calf_msgs' / 'msg'
+_PACKED_MSG_DIR = Path(__file__).resolve().parent / 'msg'  # in a wheel: see setup.py
 _RECOVER_HINT = ('; if its recording was interrupted, `calf trace recover BAG --out NEW_BAG` '
                  'keeps its complete chunks')
 
@@ -57,15 +58,19 @@ class BagMessage(NamedTuple):
 
 
 def msg_dir() -> Path:
-    """The calf_msgs ``msg`` directory: the installed share directory, else the source tree."""
+    """The calf_msgs ``msg`` directory: calf_msgs' installed share directory in a ROS workspace, else the
+    copy a pip-built calf_core carries (packed from calf_msgs at build time), else the source tree."""
     try:
         from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    except ImportError:  # no ROS: calf_core installed alone
+        return _PACKED_MSG_DIR if _PACKED_MSG_DIR.is_dir() else _SOURCE_MSG_DIR
+    try:
         installed = Path(get_package_share_directory('calf_msgs')) / 'msg'
         if installed.is_dir():
             return installed
-    except (ImportError, PackageNotFoundError):
+    except PackageNotFoundError:
         pass
-    return _SOURCE_MSG_DIR
+    return _PACKED_MSG_DIR if _PACKED_MSG_DIR.is_dir() else _SOURCE_MSG_DIR
 
 
 @lru_cache(maxsize=1)

@@ -64,7 +64,13 @@ def resolve_env_arg(env: str | None, env_spec_file: str | None) -> str:
 
 def builtin_for_id(gym_id: str) -> str | None:
     """The built-in task that runs gymnasium id ``gym_id`` (``CartPole-v1``: ``cartpole``), if any."""
-    return next((name for name in BUILTIN_TASKS if env_spec(name).env == gym_id), None)
+    return next((name for name in BUILTIN_TASKS if _builtin_env(name) == gym_id), None)
+
+
+@functools.cache
+def _builtin_env(name: str) -> str:
+    """The env a built-in spec file names (read without importing what it needs)."""
+    return str(read_yaml(TASKS_DIR / f'{name}.yaml', 'task spec').get('env', ''))
 
 
 @functools.lru_cache(maxsize=64)
