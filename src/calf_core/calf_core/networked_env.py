@@ -67,6 +67,9 @@ class NetworkedEnv(gym.Env):
         self.observation_space = _float32_space(env.observation_space)
         self.action_space = _plan_space(env.action_space, plan_horizon)
         self._continuous = self.stepper.continuous
+        if self._continuous:
+            self._plan_shape = (plan_horizon, *env.action_space.shape)
+            self._low, self._high = env.action_space.low, env.action_space.high
         action_bytes = 4 * int(np.prod(env.action_space.shape)) if self._continuous else 8  # float32s | int64
         self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(env.observation_space.shape or (1,)))
         self._action_bytes = MESSAGE_OVERHEAD_BYTES + action_bytes * plan_horizon
@@ -143,9 +146,9 @@ class NetworkedEnv(gym.Env):
 
     def _as_plan(self, action: Any) -> list[Any]:
         if self._continuous:
-            space = self.env.action_space
-            values = np.asarray(action, dtype=np.float32).reshape(self.plan_horizon, *space.shape)
-            return list(np.clip(values, space.low, space.high))  # the policy side clips, as SB3 and CleanRL do
+            values = np.asarray(action, dtype=np.float32).reshape(self._plan_shape)
+            values = np.minimum(np.maximum(values, self._low), self._high)  # the policy side clips, as SB3 does
+            return list(values)
         if self.plan_horizon == 1:
             if isinstance(action, (int, np.integer)):
                 return [int(action)]

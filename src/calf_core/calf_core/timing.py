@@ -219,6 +219,9 @@ class Stepper:
         self.continuous = isinstance(space, gym.spaces.Box)
         self.n_actions = 0 if self.continuous else int(space.n)  # 0 for Box actions
         self.action_shape: tuple[int, ...] = tuple(space.shape) if self.continuous else ()
+        if self.continuous:
+            self._low, self._high = space.low, space.high
+            self._unbounded = not (np.isfinite(space.low).all() and np.isfinite(space.high).all())
         self.executor = PlanExecutor(self.spec, space)
         self._success_on_truncation = self.spec.success is SuccessRule.TIME_LIMIT
 
@@ -297,13 +300,15 @@ class Stepper:
 
     def _checked_box_plan(self, plan: Sequence[Any]) -> tuple[np.ndarray, ...] | None:
         """``plan`` as float32 action vectors if each has the action shape, is finite and within bounds."""
-        space, checked = self.env.action_space, []
+        shape, low, high, checked = self.action_shape, self._low, self._high, []
         for action in plan:
             try:
                 value = np.asarray(action, dtype=np.float32)
             except (TypeError, ValueError):
                 return None
-            if value.shape != space.shape or not _in_box(value, space):
+            # NaN fails both comparisons; infinity fails them unless the bound is infinite too
+            if value.shape != shape or not ((low <= value).all() and (value <= high).all()) or (
+                    self._unbounded and not np.isfinite(value).all()):
                 return None
             checked.append(value)
         return tuple(checked) if checked else None
