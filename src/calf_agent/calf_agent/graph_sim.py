@@ -8,12 +8,11 @@
   ``sim_clean`` link, no compute time). Desktop sub-policies share one network link, as they
   share the shim: each observation crosses the uplink once and reaches all of them; each of their
   actions crosses the downlink after the profile's compute time. A desktop sub-policy busy
-  computing keeps only the newest observation that arrives meanwhile, as ``NetworkedEnv`` does.
+  computing keeps only the newest observation that arrives meanwhile, as ``NetworkedEnv`` does: both
+  run on the event core of ``calf_core.events``.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,11 @@ from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
 from calf_agent.policy_runner import PolicyRunner
 from calf_core.envs import make_stepper
 from calf_core.errors import ConfigError
+from calf_core.events import ACTION, OBS, TICK, BusyPolicy, Event, EventQueue
 from calf_core.link import Link
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
 from calf_core.profiles import Profile, load_profile
 from calf_core.timing import EpisodeSummary, ObsRecord, Stepper
-
-_ACTION, _TICK, _OBS, _FREE = 0, 1, 2, 3  # event ranks at equal times, as in NetworkedEnv
 
 
 def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
@@ -48,20 +46,11 @@ def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episode
 
 @dataclass
 class _Desktop:
-    """A desktop sub-policy: its runner and when it is free to take the next observation."""
+    """A desktop sub-policy: its runner, busy while it computes (keeping the newest arrival)."""
 
     name: str
     runner: PolicyRunner
-    busy_until_ns: int = 0
-    waiting: ObsRecord | None = None
-
-
-@dataclass(order=True)
-class _Event:
-    time_ns: int
-    rank: int
-    order: int
-    payload: Any = field(compare=False)
+    policy: BusyPolicy = field(repr=False)
 
 
 class HierarchySim:
@@ -71,8 +60,9 @@ class HierarchySim:
         self.hierarchy, self.profile = hierarchy, profile
         runners = {sub.name: PolicyRunner.from_checkpoint(hierarchy.checkpoint(sub)) for sub in hierarchy.subpolicies}
         self.edge = {sub.name: runners[sub.name] for sub in hierarchy.subpolicies if sub.placement == 'edge'}
-        self.desktop = [_Desktop(sub.name, runners[sub.name]) for sub in hierarchy.subpolicies
-                        if sub.placement == 'desktop']
+        self._queue = EventQueue()
+        self.desktop = [_Desktop(sub.name, runners[sub.name], BusyPolicy(self._queue, (sub.name, None)))
+                        for sub in hierarchy.subpolicies if sub.placement == 'desktop']
         self.stepper: Stepper = make_stepper(hierarchy.env)
         self.arbiter: Arbiter = make_arbiter(hierarchy.env, hierarchy.sources, hierarchy.silence_timeout_s,
                                              hierarchy.gating)
@@ -80,8 +70,6 @@ class HierarchySim:
         obs_size = next(iter(runners.values())).obs_size
         self.obs_bytes, self.action_bytes = MESSAGE_OVERHEAD_BYTES + 4 * obs_size, MESSAGE_OVERHEAD_BYTES + 8
         self.obs_lost = self.actions_lost = 0
-        self._events: list[_Event] = []
-        self._order = itertools.count()
         self._uplink: Link | None = None
         self._downlink: Link | None = None
         self._start_ns = 0  # episodes follow each other on one clock, as the env node's do
@@ -95,15 +83,15 @@ class HierarchySim:
         else:
             for link, rng in zip((self._uplink, self._downlink), np.random.default_rng(seed).spawn(2)):
                 link.reseed(rng)
-        self._events.clear()
+        self._queue.clear()
         for desktop in self.desktop:
-            desktop.busy_until_ns, desktop.waiting = 0, None
+            desktop.policy.reset()
         start = self._start_ns
         self._emit(self.stepper.reset(start / 1e9, seed=seed), start)
         while not self.stepper.done:
             next_tick_ns = start + (self.stepper.tick_index + 1) * self.dt_ns
-            if self._events and (self._events[0].time_ns, self._events[0].rank) < (next_tick_ns, _TICK):
-                self._handle(heapq.heappop(self._events))
+            if self._queue.due_before(next_tick_ns, TICK):
+                self._handle(self._queue.pop())
             else:
                 self._emit(self.stepper.tick(next_tick_ns / 1e9), next_tick_ns)
         self._start_ns = next_tick_ns + self.dt_ns
@@ -120,43 +108,35 @@ class HierarchySim:
             arrivals = self._uplink.transmit(record.stamp_s, self.obs_bytes)
             self.obs_lost += not arrivals
             for arrive_s in arrivals:
-                self._push(_ns(arrive_s), _OBS, (None, record))
+                self._queue.push(_ns(arrive_s), OBS, (None, record))
 
-    def _handle(self, event: _Event) -> None:
-        if event.rank == _ACTION:
+    def _handle(self, event: Event) -> None:
+        if event.rank == ACTION:
             self._arrive(*event.payload, event.time_ns)
             return
         name, record = event.payload
         for desktop in self.desktop:
             if name in (None, desktop.name):
-                self._offer(desktop, record if event.rank == _OBS else desktop.waiting, event)
+                self._offer(desktop, record if event.rank == OBS else desktop.policy.waiting, event)
 
-    def _offer(self, desktop: _Desktop, record: ObsRecord | None, event: _Event) -> None:
+    def _offer(self, desktop: _Desktop, record: ObsRecord | None, event: Event) -> None:
         """The desktop sub-policy takes ``record`` now, or keeps it as the newest while busy."""
-        if record is None:
+        if record is None or not desktop.policy.offer(event.time_ns, record):
             return
-        if event.time_ns < desktop.busy_until_ns:
-            if desktop.waiting is None:
-                self._push(desktop.busy_until_ns, _FREE, (desktop.name, None))
-            desktop.waiting = record
-            return
-        desktop.waiting = None
         plan = desktop.runner.on_observation(record.episode, record.seq, record.obs, _ended(record))
         if plan is None:
             return
-        send_ns = desktop.busy_until_ns = event.time_ns + self.compute_ns
+        send_ns = event.time_ns + self.compute_ns
+        desktop.policy.busy_until_ns = send_ns  # computing until it sends
         arrivals = self._downlink.transmit(send_ns / 1e9, self.action_bytes)
         self.actions_lost += not arrivals
         for arrive_s in arrivals:
-            self._push(_ns(arrive_s), _ACTION, (desktop.name, record, plan))
+            self._queue.push(_ns(arrive_s), ACTION, (desktop.name, record, plan))
 
     def _arrive(self, name: str, record: ObsRecord, plan: list[int], now_ns: int) -> None:
         """An action of sub-policy ``name`` reaches the arbiter, which may pass it to the env."""
         if self.arbiter.on_action(name, record.episode, record.seq, now_ns / 1e9).forward:
             self.stepper.on_action(record.seq, record.episode, plan, now_ns / 1e9)
-
-    def _push(self, time_ns: int, rank: int, payload: Any) -> None:
-        heapq.heappush(self._events, _Event(time_ns, rank, next(self._order), payload))
 
 
 def evaluate_hierarchy_sim(hierarchy_dir: Path | str, profile: Profile, episodes: int, seed: int,

@@ -26,24 +26,27 @@ the observation at decision time), ``obs_lost``/``actions_lost`` (this episode) 
 """
 from __future__ import annotations
 
-import itertools
-from heapq import heappop, heappush
-from typing import Any
+from heapq import heappop
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
+from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
 from calf_core.timing import ObservationGate, ObsRecord, Stepper
 
-_ACTION, _OBS, _POLICY_FREE = 0, 2, 3
-_TICK = 1  # ranks between action arrivals and deliveries that share a timestamp
 MESSAGE_OVERHEAD_BYTES = 64
+_new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
 
-_Event = tuple[int, int, int, Any]
-"""(time_ns, rank, order, payload): integer nanoseconds, so that equal times compare equal; ``order``
-is unique, so the payload is never compared."""
+
+class SentPlan(NamedTuple):
+    """An action message on its way to the env: the plan answering observation ``obs_seq``."""
+
+    obs_seq: int
+    episode: int
+    plan: list[Any]
 
 
 class NetworkedEnv(gym.Env):
@@ -76,13 +79,11 @@ class NetworkedEnv(gym.Env):
         self._seed = seed
         self._seeded = False
         self._origin_ns = 0  # the links' clock at this episode's tick 0: episode times + origin = link times
-        self._events: list[_Event] = []
-        self._order = itertools.count()
+        self._queue = EventQueue()
+        self._policy = BusyPolicy(self._queue)  # the agent: busy for compute_ms after each decision
         self._gate = ObservationGate()
         self._decision: ObsRecord | None = None
         self._decision_ns = 0
-        self._waiting: ObsRecord | None = None
-        self._busy_until_ns = 0
         self._reward = 0.0
         self._ticks = 0
         self._e2e_seen = 0
@@ -112,11 +113,12 @@ class NetworkedEnv(gym.Env):
             self.downlink.reseed(down_rng)
             self._seeded = True
         if self.stepper.episode >= 0:  # the link runs on: this episode starts one tick after the last one
-            self._origin_ns += max((self.stepper.tick_index + 1) * self._dt_ns, self._busy_until_ns)
-        self._events.clear()
+            self._origin_ns += max((self.stepper.tick_index + 1) * self._dt_ns, self._policy.busy_until_ns)
+        self._queue.clear()
+        self._policy.reset()
         self._gate = ObservationGate()
-        self._waiting, self._ended = None, None
-        self._busy_until_ns, self._reward, self._ticks, self._e2e_seen = 0, 0.0, 0, 0
+        self._ended = None
+        self._reward, self._ticks, self._e2e_seen = 0.0, 0, 0
         self._decision_of.clear()
         self._executed = self._no_executed()
         self.obs_lost = self.actions_lost = 0
@@ -141,8 +143,7 @@ class NetworkedEnv(gym.Env):
             summary = self.stepper.finish()
             info.update(episode_e2e_ms=tuple(summary.e2e_ms), success=summary.success,
                         ticks_held=summary.ticks_held)
-        _, _, _, obs, _, terminated, truncated, _ = record
-        return obs, reward, terminated, truncated, info
+        return record.obs, reward, record.terminated, record.truncated, info
 
     def _as_plan(self, action: Any) -> list[Any]:
         if self._continuous:
@@ -163,7 +164,8 @@ class NetworkedEnv(gym.Env):
 
         Events due before the next tick are handled first, in (time, rank, order) order.
         """
-        events, stepper, dt_ns, gate = self._events, self.stepper, self._dt_ns, self._gate
+        queue, stepper, dt_ns, gate, policy = self._queue, self.stepper, self._dt_ns, self._gate, self._policy
+        heap = queue.heap
         while True:
             if emitted is not None:
                 origin_ns = self._origin_ns
@@ -171,61 +173,52 @@ class NetworkedEnv(gym.Env):
                 if not arrivals:
                     self.obs_lost += 1
                 for arrive_s in arrivals:
-                    heappush(events, (round(arrive_s * 1e9) - origin_ns, _OBS, next(self._order), emitted))
+                    queue.push(round(arrive_s * 1e9) - origin_ns, OBS, emitted)
             next_tick_ns = (stepper.tick_index + 1) * dt_ns
-            due = (next_tick_ns, _TICK)
-            while events and events[0] < due:
-                time_ns, rank, _, record = heappop(events)
-                if rank == _ACTION:
-                    obs_seq, episode, plan = record
-                    stepper.on_action(obs_seq, episode, plan, time_ns / 1e9)
+            due = (next_tick_ns, TICK)
+            while heap and heap[0] < due:  # queue.due_before, inlined: this loop is the per-tick cost
+                time_ns, rank, _, payload = heappop(heap)  # an Event
+                if rank == ACTION:
+                    stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9)
                     continue
-                if rank == _POLICY_FREE:
-                    record = self._waiting
-                    if record is None:
-                        continue
-                seq = record.seq
-                if seq <= gate.last_seq:
+                record = policy.waiting if rank == FREE else payload
+                if record is None or record.seq <= gate.last_seq:
                     continue
-                if time_ns < self._busy_until_ns:  # the policy is still computing: keep the newest arrival
-                    if self._waiting is None or rank == _POLICY_FREE:
-                        heappush(events, (self._busy_until_ns, _POLICY_FREE, next(self._order), None))
-                    self._waiting = record
+                if not policy.offer(time_ns, record):  # still computing: the newest arrival waits
                     continue
-                self._waiting = None
-                gate.admit(record.episode, seq)
+                gate.admit(record.episode, record.seq)
                 self._decision, self._decision_ns = record, time_ns
                 return record
             emitted = stepper.tick(next_tick_ns / 1e9)
-            _, _, _, _, reward, terminated, truncated, (_, plan_seq, index, _) = emitted
-            if index >= 0 and plan_seq in self._decision_of:  # element index of that plan ran: info['executed']
+            _, plan_seq, index, _ = emitted.applied  # an AppliedAction
+            if index >= 0 and plan_seq in self._decision_of:  # info['executed']
                 lag = len(self._decision_of) - 1 - self._decision_of[plan_seq]
                 if lag <= self.plan_horizon:
                     self._executed[lag, index] = 1
-            self._reward += reward
+            self._reward += emitted.reward
             self._ticks += 1
-            if terminated or truncated:
+            if emitted.terminated or emitted.truncated:
                 self._ended = emitted
                 return emitted
 
-    def _send_action(self, record: ObsRecord, plan: list[int]) -> None:
+    def _send_action(self, record: ObsRecord, plan: list[Any]) -> None:
         self._decision_of[record.seq] = len(self._decision_of)
         send_ns = self._decision_ns + self._compute_ns
-        self._busy_until_ns = send_ns
+        self._policy.busy_until_ns = send_ns  # computing until it sends
         origin_ns = self._origin_ns
         arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, self._action_bytes)
         if not arrivals:
             self.actions_lost += 1
-        payload = (record.seq, record.episode, plan)
+        sent = _new(SentPlan, (record.seq, record.episode, plan))
         for arrive_s in arrivals:
-            heappush(self._events, (round(arrive_s * 1e9) - origin_ns, _ACTION, next(self._order), payload))
+            self._queue.push(round(arrive_s * 1e9) - origin_ns, ACTION, sent)
 
     def _info(self, record: ObsRecord) -> dict:
         """This step's info; hands over the ``executed`` matrix and starts a fresh one."""
         e2e = self._e2e_ms  # a tuple of the new ones: vector envs merge it into an object array
         new_e2e = tuple(e2e[self._e2e_seen:]) if len(e2e) > self._e2e_seen else ()
         self._e2e_seen = len(e2e)
-        executed, self._executed = self._executed, self._no_executed()
+        executed, self._executed = self._executed, np.zeros(self._executed_shape, np.uint8)
         return {'ticks': self._ticks, 'e2e_ms': new_e2e, 'obs_seq': record.seq,
                 'obs_age_ms': (self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,

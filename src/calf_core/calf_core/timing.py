@@ -320,10 +320,12 @@ class Stepper:
 
 def _checked_plan(plan: Sequence[Any], n_actions: int) -> tuple[int, ...] | None:
     """``plan`` as ints if it is non-empty and every element is an integer action in [0, n_actions)."""
+    if len(plan) == 1 and type(plan[0]) is int:  # the common single action, checked per message
+        return (plan[0],) if 0 <= plan[0] < n_actions else None
     for action in plan:
         if not (isinstance(action, (int, np.integer)) and 0 <= action < n_actions):
             return None
-    return tuple(int(a) for a in plan) if len(plan) > 0 else None
+    return tuple(map(int, plan)) if len(plan) > 0 else None
 
 
 MAX_EPISODE_JUMP = 100
