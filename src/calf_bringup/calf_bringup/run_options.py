@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from calf_agent.hierarchy import GRAPHS
-from calf_core.envs import parse_start_plan
+from calf_core.envs import parse_start_plan, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_shim.topic_relay_config import load_relay_config
 
@@ -52,6 +52,14 @@ def _domain_id(text: str) -> int | None:
     return value
 
 
+def _env(text: str) -> str:
+    """The task, resolved once here so that a bad one stops the run with one line (a spec file: its path)."""
+    try:
+        return resolve_env_arg(None, text) if text.endswith(('.yaml', '.yml')) else resolve_env_arg(text, None)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+
+
 def _start_plan(text: str) -> tuple[int, ...] | None:
     try:
         return parse_start_plan(text) if text else None
@@ -75,7 +83,8 @@ OPTIONS: tuple[Option, ...] = (
     Option('role', 'all', str, 'edge (env, plus the shim when there is a network), desktop (policy) or all'),
     Option('network', CLEAN_NETWORK, str, 'network profile name, YAML path or trace bag for the shim'),
     Option('policy', '', _optional_path, 'checkpoint directory from calf train (needed unless the role is edge)'),
-    Option('env', 'cartpole', str, 'task: cartpole or minigrid'),
+    Option('env', 'cartpole', _env, 'task: cartpole, minigrid, a gymnasium id such as Pendulum-v1, '
+                                    'package.module:callable, or a task spec file (.yaml)'),
     Option('seed', '0', int, 'seed of the env resets and of the network models', (NODES, SHIM)),
     Option('time_scale', '1.0', float, 'run this many times faster than real time (scales dt and every delay)',
            (NODES, SHIM)),
