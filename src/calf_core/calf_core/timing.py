@@ -1,7 +1,7 @@
 """The timing rules of CALF, in one place.
 
 Both the virtual-time ``NetworkedEnv`` and the live env and policy nodes call these classes,
-so that a policy meets the same timing in training as over DDS (DESIGN.md, "Timing semantics"):
+so that a policy meets the same timing in training as over DDS (README, "Timing semantics"):
 
 - The env ticks every ``dt``. Tick 0 is the reset. At tick k >= 1 it applies the newest
   plan that has arrived, steps, and emits observation k stamped with the tick time.
