@@ -203,9 +203,9 @@ def _verdict(goal: dict[str, dict[str, bool]]) -> str:
 
 def write_graph_table(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
     """``OUT/<table>.json`` and ``.md``, with the command, run time and versions."""
-    from calf_bringup.experiment import _versions
+    from calf_bringup.experiment import run_versions
     result = {**result, 'markdown': markdown(result), 'command': command,
-              'run_time_s': round(time.time() - started, 1), 'versions': _versions()}
+              'run_time_s': round(time.time() - started, 1), 'versions': run_versions()}
     return write_graph_files(result, out)
 
 
