@@ -75,15 +75,12 @@ def with_e2e_definitions(report: dict[str, Any], network: str, graph: str, seed:
 
 
 def renamed(args: argparse.Namespace, new: str, old: str, default: str) -> str:
-    """The value of option ``new``, or of its deprecated alias ``old`` with a warning; ``default`` if neither."""
+    """Option ``new``, else its deprecated alias ``old`` (which warns, as calf run's --graph does), else ``default``."""
     value, alias = getattr(args, new), getattr(args, old)
-    if alias is None:
-        return default if value is None else value
-    if value is not None and value != alias:
-        raise ConfigError(f'--{new} {value} and --{old} {alias} disagree: give --{new} alone')
-    print(f'calf eval: warning: --{old} is deprecated: use --{new} (the old name goes in the next release)',
-          file=sys.stderr)
-    return alias
+    if alias is not None:
+        print(f'calf eval: warning: --{old} is deprecated: use --{new} (the old name goes in the next release)',
+              file=sys.stderr)
+    return next((v for v in (value, alias) if v is not None), default)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -73,6 +73,11 @@ def test_eval_backend_and_placement_replace_mode_and_graph(policy: Path, capsys:
         'calf eval: warning: --graph is deprecated: use --placement (the old name goes in the next release)']
 
 
-def test_eval_with_disagreeing_backend_and_mode_exits_2(policy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(['eval', '--policy', str(policy), '--backend', 'ros', '--mode', 'sim']) == 2
-    assert capsys.readouterr().err == 'calf eval: error: --backend ros and --mode sim disagree: give --backend alone\n'
+def test_eval_new_names_win_over_the_deprecated_ones(policy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ['eval', '--policy', str(policy), '--episodes', '1', '--json', '--backend', 'sim', '--mode', 'ros',
+            '--placement', 'flat_edge', '--graph', 'flat_desktop']
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert (report['backend'], report['placement']) == ('sim', 'flat_edge')
+    assert err.count('is deprecated') == 2
