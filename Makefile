@@ -1,8 +1,9 @@
-# The two commands of CALF. Each sets itself up on first use (scripts/bootstrap.sh).
+# The two commands of CALF, demo and test (the whole suite, as CI runs it), plus test-fast (the suite without
+# tests marked slow), lint and launch-tools. Each sets itself up on first use (scripts/bootstrap.sh).
 SHELL := /bin/bash
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bootstrap launch-tools
+.PHONY: demo test test-fast lint bootstrap launch-tools
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -12,6 +13,9 @@ demo: bootstrap
 
 test: bootstrap
 	@. ./env.sh && python -m pytest $(PYTEST_ARGS)
+
+test-fast: bootstrap
+	@. ./env.sh && python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: bootstrap
 	@. ./env.sh && ruff check .

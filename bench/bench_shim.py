@@ -8,7 +8,10 @@ publishes Observations at ``--rate`` Hz to both ``edge/observation`` (through th
   (CLOCK_MONOTONIC, in the shim process);
 - shim path: DDS reception time minus send stamp minus the configured delay;
 - direct path: DDS reception time minus send stamp;
-- added latency: p50 shim path minus p50 direct path (target <= 1 ms).
+- added latency: p50 shim path minus p50 direct path (target <= 1 ms);
+- median release error: p50 of the shim path, the message's delay beyond the configured one
+  (target <= 2 ms; tests/test_shim_node.py and tests/test_generic_shim.py assert only the
+  behaviour: in order, never early, the configured delay and not another).
 
 Receive-side times are the reader's DDS reception timestamps and stamps are wall-clock times
 of the same host, so that this process's own executor lag is not charged to the shim. Every
@@ -33,6 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 TARGET_MS = 1.0
+MEDIAN_TARGET_MS = 2.0
 DEPTH = 100
 
 
@@ -202,6 +206,9 @@ def main() -> None:
           f'{added / TARGET_MS:.2f}')
     print(f'{"release error p99":<40} {release_p99:8.3f}   ratio to {TARGET_MS:g} ms target: '
           f'{release_p99 / TARGET_MS:.2f}')
+    median = statistics.median(pct(r.shim_excess_ms, 50) for r in runs)
+    print(f'{"median release error (shim path p50)":<40} {median:8.3f}   ratio to {MEDIAN_TARGET_MS:g} ms target: '
+          f'{median / MEDIAN_TARGET_MS:.2f}')
     print('lost per run (shim / direct): ' + ', '.join(f'{r.lost_shim}/{r.lost_direct} of {r.sent}' for r in runs))
 
 

@@ -99,6 +99,7 @@ def stack() -> Iterator[Stack]:
         s.close()
 
 
+@pytest.mark.slow
 def test_a_trained_policy_drives_the_adapter_env_through_the_generic_shim(stack: Stack, tmp_path: Path) -> None:
     """env -> /ae/joint_states_raw -> shim -> /ae/joint_states -> policy -> /ae/cmd_vel_raw -> shim -> /ae/cmd_vel.
 

@@ -237,6 +237,7 @@ def start(tmp_path: Path, log: str, *args: str) -> subprocess.Popen:
         return subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.slow
 def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: Path, tmp_path: Path) -> None:
     policy_cmd = [executable('calf_agent', 'policy_node'), '--ros-args', '-p', f'policy:={checkpoint}',
                   '-r', 'observation:=/d/observation', '-r', 'action:=/d/action']
@@ -266,6 +267,7 @@ def test_env_survives_the_policy_process_being_killed(graph: Graph, checkpoint: 
                 proc.wait()
 
 
+@pytest.mark.slow
 def test_exit_codes(tmp_path: Path) -> None:
     """The env exits 0 after its episodes (counted from power-on with wait_for_policy off); a missing or
     corrupt checkpoint is one line and exit code 2."""

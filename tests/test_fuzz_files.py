@@ -6,6 +6,8 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
+import pytest
+
 from calf_bringup.file_fuzz import KINDS, cli_fuzz, fuzz
 
 
@@ -22,6 +24,7 @@ def test_loaders_survive_randomised_files(tmp_path: Path) -> None:
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 300_000  # kB
 
 
+@pytest.mark.slow  # one calf process per file, each importing torch: seconds apiece
 def test_calf_exits_0_or_2_with_one_line_on_randomised_files(tmp_path: Path) -> None:
     outcomes = cli_fuzz(seed=0, cases=2, workdir=tmp_path)
     assert outcomes and not [o for o in outcomes if o.result == 'crash'], outcomes

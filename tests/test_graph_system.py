@@ -37,6 +37,7 @@ from calf_ros.qos import RESULTS
 
 SCALE = 4.0
 LIVE_TIMEOUT_S = 60.0
+SAMPLING_ERROR = 0.15  # of an E2E percentile over 20 episodes, relative
 
 
 @pytest.fixture(scope='module')
@@ -102,6 +103,7 @@ def assert_all_stopped(graphs: list[Graph], names: list[str]) -> None:
     assert all(exit_.stopped and exit_.code is not None for exit_ in exits), exits
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 @pytest.mark.parametrize('mode, network, names', [('local_sim', 'sim_clean', ['env', 'policy']),
                                                   ('sim_net', 'wifi_normal', ['env', 'shim', 'policy'])])
@@ -114,6 +116,7 @@ def test_one_machine_modes_complete_cartpole_episodes(policy: Path, mode: str, n
     assert_all_stopped(graphs, names)
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_edge_sim_roles_started_separately_find_each_other(policy: Path) -> None:
     edge = build_graph(RunOptions.of('edge_sim', role='edge', network='delay_only', time_scale=SCALE))
@@ -126,6 +129,7 @@ def test_edge_sim_roles_started_separately_find_each_other(policy: Path) -> None
     assert_all_stopped(graphs, ['env', 'shim', 'policy'])
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> None:
     argv = [sys.executable, '-m', 'calf_bringup.cli', 'run', 'local_sim', '--policy', str(policy),
@@ -139,12 +143,13 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
     assert '[calf] policy stopped with code' in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 @pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded')])
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """One policy, 20 episodes per mode: returns agree and E2E p50/p95 within 15 %; the ros episodes
-    are the env's first 20, each played with the policy (no start-up episode before it answered).
+    """One policy, 20 episodes per backend: returns agree, and the live graph pays the modelled delays; the
+    ros episodes are the env's first 20, each played with the policy (no start-up episode before it answered).
 
     Single actions run under wifi_normal. Plans (H = 8, from the model planner, with the env's start
     plan) run under wifi_degraded, where their return depends on when each plan arrives: the same
@@ -155,7 +160,9 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     the profile's 1 ms compute budget; a time scale s multiplies that excess by s in profile units
     (s = 2 put p50 about 20 % above the sim figure), so only s = 1 compares latencies fairly. The
     sim_clean baseline policy plays ~100-tick episodes under wifi_normal, the planner ~130-tick ones
-    under wifi_degraded: 20 episodes are ~50 s.
+    under wifi_degraded: 20 episodes are ~50 s. The live pipeline and the host's load only add to the
+    modelled E2E, so its p50/p95 must reach the sim's (within sampling error); how close they come
+    (within 15 % on a quiet host) is measured by bench/bench_parity.py.
     """
     policy = request.getfixturevalue(checkpoint)
     common = ['eval', '--policy', str(policy), '--network', network, '--episodes', '20', '--seed', '0', '--json']
@@ -165,10 +172,10 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     spinner = threading.Thread(target=results.executor.spin, daemon=True)
     spinner.start()
     try:
-        for mode in ('sim', 'ros'):
-            ros_only = ['--domain-id', str(domain)] if mode == 'ros' else []
-            assert cli.main([*common, '--mode', mode, '--time-scale', '1', *ros_only]) == 0
-            reports[mode] = json.loads(capsys.readouterr().out)
+        for backend in ('sim', 'ros'):
+            ros_only = ['--domain-id', str(domain)] if backend == 'ros' else []
+            assert cli.main([*common, '--backend', backend, '--time-scale', '1', *ros_only]) == 0
+            reports[backend] = json.loads(capsys.readouterr().out)
     finally:
         results.close()
         spinner.join(timeout=5)
@@ -178,12 +185,12 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     assert [r.episode_return for r in env_results] == ros['returns']
     assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in env_results[:3]), env_results[:3]
     assert set(sim) == set(ros)
-    assert (sim['mode'], ros['mode'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
+    assert (sim['backend'], ros['backend'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
     low_sim, high_sim = confidence_interval(sim['returns'])
     low_ros, high_ros = confidence_interval(ros['returns'])
     assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])
     for q in ('p50', 'p95'):
-        assert ros['e2e_latency_ms'][q] == pytest.approx(sim['e2e_latency_ms'][q], rel=0.15), (sim, ros)
+        assert ros['e2e_latency_ms'][q] >= (1 - SAMPLING_ERROR) * sim['e2e_latency_ms'][q], (sim, ros)
 
 
 LINK_STATE_PROFILES = {
@@ -213,7 +220,7 @@ def stall_hits(report: dict) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize('network', sorted(LINK_STATE_PROFILES))
 def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_path: Path) -> None:
-    """The link is one continuous process in both worlds: 20 episodes per mode agree in return and,
+    """The link is one continuous process in both worlds: 20 episodes per backend agree in return and,
     under a periodic stall, in where the stall hits each episode. The sim_clean policy plays ~60-tick
     episodes under both profiles: about 30 s of real time per live run.
 
@@ -231,20 +238,21 @@ def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_pa
     low_ros, high_ros = confidence_interval(ros['returns'])
     assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])
     if network == 'periodic_stall':
-        hits = {mode: [h for h in stall_hits(report) if h is not None]
-                for mode, report in (('sim', sim), ('ros', ros))}
-        for mode, positions in hits.items():
-            assert len(positions) >= 10, (mode, positions)
+        hits = {backend: [h for h in stall_hits(report) if h is not None]
+                for backend, report in (('sim', sim), ('ros', ros))}
+        for backend, positions in hits.items():
+            assert len(positions) >= 10, (backend, positions)
         assert len(set(hits['sim'])) >= 5 and max(hits['sim']) - min(hits['sim']) >= 10, hits  # not phase-locked
         low_sim, high_sim = confidence_interval(hits['sim'])
         low_ros, high_ros = confidence_interval(hits['ros'])
         assert low_sim <= high_ros and low_ros <= high_sim, hits
     else:
-        loss = {mode: (r['obs_lost'] + r['actions_lost']) / (2 * r['mean_length'] * r['episodes'])
-                for mode, r in (('sim', sim), ('ros', ros))}
+        loss = {backend: (r['obs_lost'] + r['actions_lost']) / (2 * r['mean_length'] * r['episodes'])
+                for backend, r in (('sim', sim), ('ros', ros))}
         assert loss['sim'] == pytest.approx(loss['ros'], abs=0.08), loss
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_plan_policy_completes_episodes_through_calf_eval_ros(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,11 +261,11 @@ def test_plan_policy_completes_episodes_through_calf_eval_ros(tmp_path: Path,
     out = tmp_path / 'plans'
     assert cli.main(['train', '--plan-horizon', '4', '--steps', '512', '--quiet', '--out', str(out)]) == 0
     assert json.loads(capsys.readouterr().out)['steps'] == 512
-    argv = ['eval', '--policy', str(out), '--network', 'wifi_normal', '--mode', 'ros', '--episodes', '3',
+    argv = ['eval', '--policy', str(out), '--network', 'wifi_normal', '--backend', 'ros', '--episodes', '3',
             '--seed', '0', '--time-scale', str(SCALE), '--json']
     assert cli.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report['mode'], report['episodes'], len(report['returns'])) == ('ros', 3, 3)
+    assert (report['backend'], report['episodes'], len(report['returns'])) == ('ros', 3, 3)
     assert min(report['returns']) >= 8 and report['e2e_latency_ms']['samples'] > 0
 
 

@@ -159,6 +159,7 @@ class Lines:
             return any(text in line for line in self.lines)
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_live_hierarchy_plays_episodes_and_falls_back_when_the_remote_sub_policy_dies(hierarchy: Path) -> None:
     specs = build_graph(RunOptions.of('sim_net', network='delay_only', policy=hierarchy, time_scale=SCALE,
@@ -185,26 +186,28 @@ def test_live_hierarchy_plays_episodes_and_falls_back_when_the_remote_sub_policy
         probe.close()
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_calf_eval_ros_hierarchical_reports_the_share_of_each_sub_policy(
         hierarchy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ['eval', '--policy', str(hierarchy), '--graph', 'hierarchical', '--mode', 'ros', '--network', 'delay_only',
-            '--episodes', '3', '--time-scale', str(SCALE), '--json']
+    argv = ['eval', '--policy', str(hierarchy), '--placement', 'hierarchical', '--backend', 'ros',
+            '--network', 'delay_only', '--episodes', '3', '--time-scale', str(SCALE), '--json']
     assert cli.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report['mode'], report['graph'], report['episodes']) == ('ros', 'hierarchical', 3)
+    assert (report['backend'], report['placement'], report['episodes']) == ('ros', 'hierarchical', 3)
     assert set(report['forwarded_share']) <= {'stabilise', 'recenter'}
     assert sum(report['forwarded_share'].values()) == pytest.approx(1.0, abs=1e-3)
     assert report['e2e_latency_ms']['samples'] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_calf_eval_ros_flat_edge_runs_without_a_shim(hierarchy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ['eval', '--policy', str(hierarchy / 'stabilise'), '--graph', 'flat_edge', '--mode', 'ros',
+    argv = ['eval', '--policy', str(hierarchy / 'stabilise'), '--placement', 'flat_edge', '--backend', 'ros',
             '--network', 'wifi_normal', '--episodes', '2', '--time-scale', str(SCALE), '--json']
     assert cli.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report['graph'], report['network'], report['obs_lost'], report['actions_lost']) == \
+    assert (report['placement'], report['network'], report['obs_lost'], report['actions_lost']) == \
         ('flat_edge', 'wifi_normal', 0, 0)
     assert 'forwarded_share' not in report
     assert report['e2e_latency_ms']['p50'] < 34.5  # wifi_normal's median is never paid: no network on the path

@@ -47,6 +47,7 @@ def within_sampling_error(samples: np.ndarray, reference: np.ndarray, q: float) 
     assert abs(level - q) < 4 * np.sqrt(q * (1 - q) / samples.size), (q, level)
 
 
+@pytest.mark.slow
 def test_synth_bag_info_reproduces_the_profile(tmp_path):
     bag = tmp_path / 'fna'
     synth = calf('trace', 'synth', '--profile', 'full_net_aware', '--duration', '120', '--seed', '1', '--out', str(bag))
@@ -317,6 +318,7 @@ def _check_fates(trace, start_ns: int) -> None:
     assert downlink.lost[downlink.sent_ns >= start_ns].tolist() == [k % 4 == 1 for k in range(20) if k % 5 != 3]
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path, live):
     recorder, got, start_ns, node = _record_and_publish(tmp_path, ['--raw', '--flush-period', '60'], live)
@@ -336,6 +338,7 @@ def test_recording_interrupted_by_sigint_keeps_every_sample(tmp_path, live):
     assert counts[f'{ns}/desktop/observation'] == 16 + warm_up and counts[f'{ns}/edge/action'] == 12 + warm_up
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_recording_killed_keeps_every_flushed_sample(tmp_path, live):
     recorder, got, start_ns, node = _record_and_publish(tmp_path, ['--flush-period', '0.2'], live)
@@ -355,6 +358,7 @@ def _readable(bag: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.ros
 def test_recorder_measures_the_shim(tmp_path, live):
     """The real shim (in process) under delay_only: the recorder sees about 25 ms each way, no loss."""

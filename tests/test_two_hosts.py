@@ -33,7 +33,7 @@ import pytest
 
 from calf_bringup.graph import NAMESPACE, discovery_env
 
-pytestmark = pytest.mark.ros
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 SCALE = 4.0
 LIVE_TIMEOUT_S = 60.0

@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint in virtual time (``calf eval --mode sim``), episodes batched across envs."""
+"""Evaluate a checkpoint in virtual time (``calf eval --backend sim``), episodes batched across envs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,7 +15,7 @@ from calf_core.profiles import Profile
 
 @dataclass
 class EpisodeLog:
-    """Per-episode outcomes gathered by either evaluation mode."""
+    """Per-episode outcomes gathered by either evaluation backend."""
 
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
@@ -32,11 +32,13 @@ class EpisodeLog:
         self.episode_e2e_ms.append([float(x) for x in e2e_ms])
         self.e2e_ms.extend(self.episode_e2e_ms[-1])
 
-    def report(self, mode: str, network: str, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
-        """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample, flat and per episode."""
+    def report(self, backend: str, network: str, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
+        """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample, flat and per episode.
+
+        ``mode`` repeats ``backend`` for readers of the previous release; it goes with ``--mode``."""
         e2e = np.asarray(self.e2e_ms)
         pct = (lambda q: round(float(np.percentile(e2e, q)), 3)) if e2e.size else (lambda q: None)
-        return {'mode': mode, 'network': network, 'episodes': len(self.returns),
+        return {'backend': backend, 'mode': backend, 'network': network, 'episodes': len(self.returns),
                 'mean_return': float(np.mean(self.returns)), 'std_return': float(np.std(self.returns)),
                 'success_rate': float(np.mean(self.successes)), 'mean_length': float(np.mean(self.lengths)),
                 'e2e_latency_ms': {'p50': pct(50), 'p95': pct(95), 'samples': int(e2e.size)},

@@ -1,4 +1,4 @@
-"""Virtual-time evaluation of the deployment graphs (``calf eval --graph ... --mode sim``).
+"""Virtual-time evaluation of the deployment graphs (``calf eval --placement ... --backend sim``).
 
 - ``flat_desktop``: ``evaluate_sim`` behind the profile.
 - ``flat_edge``: ``evaluate_sim`` behind ``sim_clean``: the policy sits beside the env.

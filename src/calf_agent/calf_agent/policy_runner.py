@@ -29,7 +29,7 @@ class PolicyRunner:
         self.rep = _representation(meta)
         if self.rep.obs_age:
             raise CheckpointError('this policy reads the observation age, which a policy node cannot measure without '
-                                  'a clock shared with the env: evaluate it with `calf eval --mode sim`, or retrain '
+                                  'a clock shared with the env: evaluate it with `calf eval --backend sim`, or retrain '
                                   'without --obs-age to deploy it')
         self.n_actions, self.plan_horizon = int(agent.n_actions), int(agent.plan_horizon)
         if int(meta.get('plan_horizon', self.plan_horizon)) != self.plan_horizon:

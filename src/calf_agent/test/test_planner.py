@@ -116,11 +116,6 @@ def test_planner_needs_a_single_action_mlp_base_and_a_lead_below_the_horizon(tmp
         train_planner(base_dir, tmp_path / 'bad', 'delay_only', 4, 0, lead=4, transitions=100, epochs=1)
     with pytest.raises(CheckpointError, match='no checkpoint at'):
         train_planner(tmp_path / 'missing', tmp_path / 'out', 'delay_only', 16, 0)
-    from calf_bringup import cli
-    with pytest.raises(SystemExit, match='minigrid does not have: use --planner ppo'):
-        cli.main(['train', '--env', 'minigrid', '--planner', 'model', '--plan-horizon', '4', '--out', str(tmp_path)])
-    with pytest.raises(SystemExit, match=r'--plan-lead must be in \[0, 4\), got 4'):
-        cli.main(['train', '--planner', 'model', '--plan-horizon', '4', '--plan-lead', '4', '--out', str(tmp_path)])
 
 
 def test_planner_meta_records_the_dynamics_error(planner_dir: Path) -> None:

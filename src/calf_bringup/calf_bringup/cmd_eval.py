@@ -19,6 +19,7 @@ from calf_core.profiles import load_profile, sample_e2e
 MAX_DOMAIN_ID = 232  # ROS 2 domain ids are 0..232
 PRIVATE_DOMAINS = (1, 101)  # a random private domain is drawn from this range (valid on Linux hosts)
 E2E_REFERENCE_SAMPLES = 20_000
+BACKENDS = ('sim', 'ros')
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,18 +27,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--policy', type=Path, required=True,
                         help='checkpoint directory from calf train (hierarchical: from calf train-hierarchy)')
     parser.add_argument('--network', default='sim_clean', help='profile name, YAML path or trace bag')
-    parser.add_argument('--mode', choices=('sim', 'ros'), default='sim',
-                        help='sim: virtual time (NetworkedEnv); ros: env node, shim and policy node over DDS')
+    parser.add_argument('--backend', choices=BACKENDS,
+                        help='sim: virtual time (NetworkedEnv); ros: env node, shim and policy node over DDS '
+                             '(default sim)')
+    parser.add_argument('--mode', choices=BACKENDS, help='deprecated alias of --backend')
     parser.add_argument('--episodes', type=count(1, MAX_EPISODES), default=50)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--time-scale', type=number(0, 1000, low_open=True), default=1.0,
-                        help='ros mode: run the graph this many times faster than real time; latencies are '
+                        help='ros backend: run the graph this many times faster than real time; latencies are '
                              'reported in the profile\'s units')
-    parser.add_argument('--graph', choices=GRAPHS, default='flat_desktop',
-                        help='flat_desktop: the policy across the network; flat_edge: beside the env (no network); '
-                             'hierarchical: edge sub-policies and arbiter beside the env, desktop ones across it')
+    parser.add_argument('--placement', choices=GRAPHS,
+                        help='where the policy runs. flat_desktop: across the network (default); flat_edge: beside '
+                             'the env (no network); hierarchical: edge sub-policies and arbiter beside the env, '
+                             'desktop ones across it')
+    parser.add_argument('--graph', choices=GRAPHS, help='deprecated alias of --placement')
     parser.add_argument('--domain-id', type=int,
-                        help='ros mode: ROS_DOMAIN_ID of the graph (default: $ROS_DOMAIN_ID if set, else a random '
+                        help='ros backend: ROS_DOMAIN_ID of the graph (default: $ROS_DOMAIN_ID if set, else a random '
                              'private domain); the domain used is printed')
     parser.add_argument('--json', action='store_true', help='print one JSON object')
     parser.set_defaults(func=run)
@@ -69,24 +74,36 @@ def with_e2e_definitions(report: dict[str, Any], network: str, graph: str, seed:
                                     + E2E_DEFINITIONS['all_messages']}}
 
 
+def renamed(args: argparse.Namespace, new: str, old: str, default: str) -> str:
+    """Option ``new``, else its deprecated alias ``old`` (which warns, as calf run's --graph does), else ``default``."""
+    value, alias = getattr(args, new), getattr(args, old)
+    if alias is not None:
+        print(f'calf eval: warning: --{old} is deprecated: use --{new} (the old name goes in the next release)',
+              file=sys.stderr)
+    return next((v for v in (value, alias) if v is not None), default)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.mode == 'ros':
+    backend = renamed(args, 'backend', 'mode', 'sim')
+    placement = renamed(args, 'placement', 'graph', 'flat_desktop')
+    if backend == 'ros':
         from calf_bringup.ros_eval import (
             evaluate_ros,  # imports rclpy: only when the graph is wanted
         )
 
         domain = choose_domain(args.domain_id, dict(os.environ), sys.stderr)
         report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
-                              graph=args.graph, domain_id=domain)
+                              graph=placement, domain_id=domain)
     else:
-        report = {**evaluate_graph_sim(args.graph, args.policy, load_profile(args.network), args.episodes, args.seed),
+        report = {**evaluate_graph_sim(placement, args.policy, load_profile(args.network), args.episodes, args.seed),
                   'time_scale': None}  # virtual time: no wall clock to scale
-    report = with_e2e_definitions(report, args.network, args.graph, args.seed)
+    report = with_e2e_definitions(report, args.network, placement, args.seed)
+    report['placement'] = placement  # 'graph' repeats it for readers of the previous release
     if args.json:
         print(json.dumps(report))
     else:
         e2e, every = report['e2e_latency_ms'], report['e2e_all_messages_ms']
-        print(f"{report['network']} ({report['mode']}): return {report['mean_return']:.1f} ± "
+        print(f"{report['network']} ({report['backend']}): return {report['mean_return']:.1f} ± "
               f"{report['std_return']:.1f} over {report['episodes']} episodes, success "
               f"{report['success_rate']:.0%}")
         print(f"  E2E acted-on observations (measured) p50 {e2e['p50']} ms p95 {e2e['p95']} ms; "

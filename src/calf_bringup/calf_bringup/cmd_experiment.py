@@ -37,8 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1 or args.episodes < 1:
-        raise SystemExit('calf experiment: error: --seeds and --episodes must be >= 1')
     args.out.mkdir(parents=True, exist_ok=True)
     command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     names = [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]

@@ -11,6 +11,7 @@ from calf_agent.regimes import REGIMES, default_representation, regime_profile, 
 from calf_agent.representation import Representation
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
 from calf_core.envs import add_env_arguments, env_spec, resolve_env_arg
+from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 
 
@@ -63,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
 def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
     if args.plan_horizon < 2:
-        raise SystemExit('calf train: error: --planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
+        raise ConfigError('--planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
     if not env_spec(args.env).safe_start:
-        raise SystemExit(f'calf train: error: --planner model needs a rolled-forward state and a safe start plan, '
-                         f'which {args.env} does not have: use --planner ppo')
+        raise ConfigError(f'--planner model needs a rolled-forward state and a safe start plan, '
+                          f'which {args.env} does not have: use --planner ppo')
     if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:
-        raise SystemExit(f'calf train: error: --plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
+        raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
                         regime='baseline', progress=not args.quiet)
     meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,

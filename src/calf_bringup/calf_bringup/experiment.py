@@ -165,7 +165,7 @@ def write_outputs(result: dict[str, Any], out: Path, command: str, started: floa
         write_markdown,
     )
     result = {**result, 'command': command, 'run_time_s': round(time.time() - started, 1),
-              'versions': _versions()}
+              'versions': run_versions()}
     name = result['table']
     json_path = out / f'{name}.json'
     json_path.write_text(json.dumps(result, indent=1))
@@ -173,6 +173,7 @@ def write_outputs(result: dict[str, Any], out: Path, command: str, started: floa
             write_bar_chart(result, out / f'{name}.png')]
 
 
-def _versions() -> dict[str, str]:
+def run_versions() -> dict[str, str]:
+    """The library versions and git revision a results file records."""
     from calf_agent.checkpoint import git_revision, versions
     return {**versions(), 'git': git_revision()}

@@ -4,7 +4,7 @@ Per seed, a flat policy trains ``steps`` PPO steps under the regime, and a hiera
 total budget split evenly across its sub-policies (``calf train-hierarchy``). Every graph is then
 evaluated under the deployment network (wifi_normal) in virtual time (``calf_agent.graph_sim``,
 all seeds), and the seed-0 policies also through the live node graph over DDS at time scale 1
-(``calf eval --mode ros --graph ...``), which measures E2E latency with the real node hops.
+(``calf eval --backend ros --placement ...``), which measures E2E latency with the real node hops.
 Runs are cached under ``OUT/graph_cache/`` so that an interrupted experiment resumes.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def train_hierarchy_cached(spec: GraphTable, seed: int, steps: int, cache: Path)
 
 
 def evaluate_cached(graph: str, policy: Path, network: str, episodes: int, seed: int) -> dict[str, Any]:
-    """``calf eval --mode sim --graph`` of one trained seed, cached beside the checkpoint."""
+    """``calf eval --backend sim --placement`` of one trained seed, cached beside the checkpoint."""
     from calf_agent.graph_sim import evaluate_graph_sim
     from calf_core.profiles import load_profile
     path = policy.parent / f'{policy.name}--{graph}-{network}-{episodes}ep.json'
@@ -203,9 +203,9 @@ def _verdict(goal: dict[str, dict[str, bool]]) -> str:
 
 def write_graph_table(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
     """``OUT/<table>.json`` and ``.md``, with the command, run time and versions."""
-    from calf_bringup.experiment import _versions
+    from calf_bringup.experiment import run_versions
     result = {**result, 'markdown': markdown(result), 'command': command,
-              'run_time_s': round(time.time() - started, 1), 'versions': _versions()}
+              'run_time_s': round(time.time() - started, 1), 'versions': run_versions()}
     return write_graph_files(result, out)
 
 

@@ -1,8 +1,8 @@
-"""``calf eval --mode ros``: evaluate a checkpoint through the live Mode 2 graph over DDS.
+"""``calf eval --backend ros``: evaluate a checkpoint through the live Mode 2 graph over DDS.
 
 The env node, the shim and the policy node run as separate processes (``runner.Graph``). This
 process listens on a private rclpy Context to ``/calf/edge/episode_result`` and
-``/calf/shim/link_stats`` and turns them into the same report as ``--mode sim``.
+``/calf/shim/link_stats`` and turns them into the same report as ``--backend sim``.
 
 DDS discovery gives no order, but the env node counts no episode before a policy answers (its start
 gate): it ticks uncounted warm-up episodes until the first action arrives, then starts episode 0 of

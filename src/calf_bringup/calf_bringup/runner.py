@@ -1,4 +1,4 @@
-"""Run a node graph as plain processes, without the launch system (``calf run``, ``calf eval --mode ros``).
+"""Run a node graph as plain processes, without the launch system (``calf run``, ``calf eval --backend ros``).
 
 Each node runs in its own process group, so that a Ctrl-C in the terminal reaches only this
 runner, which then stops every node the same way: SIGINT, a bounded wait, then SIGKILL.

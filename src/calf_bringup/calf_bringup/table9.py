@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from calf_agent.evaluate import evaluate_sim
-from calf_bringup.experiment import TrainJob, _versions, run_train
+from calf_bringup.experiment import TrainJob, run_train, run_versions
 from calf_bringup.experiment_report import write_latency_cdf
 from calf_bringup.experiment_specs import (
     REGIME_ROWS,
@@ -36,7 +36,7 @@ def run_table9(out: Path, episodes: int, command: str, started: float) -> list[P
                            'live_return': live['mean_return']}
     result = {'table': 'table9', 'title': 'End-to-end latency (ms), measured on the env side',
               'episodes': episodes, 'rows': rows, 'markdown': _markdown(rows), 'command': command,
-              'run_time_s': round(time.time() - started, 1), 'versions': _versions()}
+              'run_time_s': round(time.time() - started, 1), 'versions': run_versions()}
     json_path, md_path = out / 'table9.json', out / 'table9.md'
     how = (f'The Full Net-Aware seed-0 CartPole policy: {episodes} episodes per condition through the live Mode 2 '
            f'graph (env node, shim, policy node over DDS) at time scale 1, {max(episodes, 20)} in virtual time. '

@@ -1,7 +1,7 @@
 """The timing rules of CALF, in one place.
 
 Both the virtual-time ``NetworkedEnv`` and the live env and policy nodes call these classes,
-so that a policy meets the same timing in training as over DDS. The task's
+so that a policy meets the same timing in training as over DDS (README, "Timing semantics"). The task's
 :class:`calf_core.task_spec.TaskSpec` gives the tick, hold rule, initial action and start plan:
 
 - The env ticks every ``dt``. Tick 0 is the reset. At tick k >= 1 it applies the newest

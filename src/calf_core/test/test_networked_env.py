@@ -1,4 +1,4 @@
-"""NetworkedEnv follows the timing rules of calf_core.timing exactly, in virtual time."""
+"""NetworkedEnv follows the timing rules of ``calf_core.timing`` exactly, in virtual time."""
 from __future__ import annotations
 
 import numpy as np

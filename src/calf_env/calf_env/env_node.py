@@ -30,11 +30,11 @@ from rclpy.node import Node
 
 from calf_core.envs import make_stepper
 from calf_core.errors import MessageError
-from calf_core.limits import add_count, saturate
+from calf_core.limits import add_count
 from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
-from calf_ros.conversions import msg_to_plan, obs_to_msg, summary_to_msg, time_msg
+from calf_ros.conversions import link_stats_msg, msg_to_plan, obs_to_msg, summary_to_msg
 from calf_ros.node_main import run_node
 from calf_ros.qos import RESULTS
 
@@ -176,14 +176,11 @@ class EnvNode(Node):
         """Counters since the start; latency percentiles over the actions since the last report."""
         with self._lock:
             window, self._window = self._window, []
-        msg = LinkStats(seq=next(self._stats_seq), reporter=self.get_fully_qualified_name(),
-                        direction=LinkStats.DIRECTION_END_TO_END, received=saturate(self.actions_received),
-                        delivered=saturate(self.verdicts[Verdict.ACCEPTED]), rejected=saturate(self.rejected),
-                        dropped_middleware=self.dropped_middleware)
         percentiles = np.percentile(window, (50, 95, 99)) if window else (np.nan,) * 3
-        msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = (float(v) for v in percentiles)
-        msg.header.stamp = time_msg(self._now()[0])
-        self._stats_pub.publish(msg)
+        self._stats_pub.publish(link_stats_msg(
+            next(self._stats_seq), self.get_fully_qualified_name(), LinkStats.DIRECTION_END_TO_END, self._now()[0],
+            percentiles, received=self.actions_received, delivered=self.verdicts[Verdict.ACCEPTED],
+            rejected=self.rejected, dropped_middleware=self.dropped_middleware))
 
     def destroy_node(self) -> None:
         self._stop.set()

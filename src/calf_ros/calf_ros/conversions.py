@@ -12,9 +12,9 @@ import numpy as np
 from builtin_interfaces.msg import Time
 
 from calf_core.errors import MessageError
-from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON
+from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON, saturate
 from calf_core.timing import EpisodeSummary, ObsRecord
-from calf_msgs.msg import Action, EpisodeResult, Observation
+from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 
 class ReceivedObservation(NamedTuple):
@@ -132,4 +132,22 @@ def summary_to_msg(summary: EpisodeSummary, seq: int, stamp_ns: int) -> EpisodeR
     msg.actions_applied, msg.ticks_held, msg.rejected = (summary.actions_applied, summary.ticks_held,
                                                          summary.rejected)
     msg.e2e_samples_ms = [float(x) for x in summary.e2e_ms]
+    return msg
+
+
+def link_stats_msg(seq: int, reporter: str, direction: int, stamp_ns: int, latency_ms: Sequence[float], *,
+                   received: int = 0, delivered: int = 0, dropped_injected: int = 0, dropped_queue: int = 0,
+                   dropped_middleware: int = 0, dropped_middleware_estimated: int = 0, rejected: int = 0) -> LinkStats:
+    """One direction's counters (saturated: never beyond their uint64 fields) and its latency percentiles
+    (p50, p95, p99, in ms; NaN when unmeasured)."""
+    counts = (seq, received, delivered, dropped_injected, dropped_queue, dropped_middleware,
+              dropped_middleware_estimated, rejected)
+    (seq, received, delivered, dropped_injected, dropped_queue, dropped_middleware, dropped_middleware_estimated,
+     rejected) = (saturate(n) for n in counts)
+    msg = LinkStats(seq=seq, reporter=reporter, direction=direction, received=received, delivered=delivered,
+                    dropped_injected=dropped_injected, dropped_queue=dropped_queue,
+                    dropped_middleware=dropped_middleware, dropped_middleware_estimated=dropped_middleware_estimated,
+                    rejected=rejected)
+    msg.header.stamp = time_msg(stamp_ns)
+    msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = (float(v) for v in latency_ms)
     return msg

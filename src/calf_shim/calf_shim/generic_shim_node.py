@@ -26,11 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rclpy.event_handler import (
-    QoSMessageLostInfo,
-    SubscriptionEventCallbacks,
-    UnsupportedEventTypeError,
-)
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
@@ -38,16 +33,13 @@ from rclpy.topic_endpoint_info import TopicEndpointInfo
 
 from calf_core.bags import TRACE_TOPIC, TraceBagWriter
 from calf_core.errors import ConfigError
-from calf_core.limits import add_count, saturate
 from calf_core.traces import message_sample
-from calf_msgs.msg import LinkStats
-from calf_ros.conversions import time_msg
 from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
-from calf_ros.qos import RESULTS, QosConfig, mirror_qos
-from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay, ReleaseThread
-from calf_shim.shim_node import _now_s, _received_s
+from calf_ros.qos import QosConfig, mirror_qos
+from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay
+from calf_shim.shim_base import Lane, ShimBase
 from calf_shim.topic_relay_config import Endpoint, RelayEntry, check_types, load_relay_config
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
@@ -100,14 +92,13 @@ class _Route:
         self.in_name, self.out_name = node.resolve_topic_name(entry.in_topic), node.resolve_topic_name(entry.out_topic)
         self.publisher: Publisher | None = None
         self.trace_topic, self.traced = TRACE_TOPIC + self.in_name, 0  # trace rows written so far
-        self.dropped_middleware = 0
         self.waiting_logged = False
 
     def send(self, data: bytes) -> None:
         self.publisher.publish(data)
 
 
-class GenericShimNode(Node):
+class GenericShimNode(ShimBase):
     """Relays each configured topic through its profile, as serialized bytes."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -115,19 +106,17 @@ class GenericShimNode(Node):
         self.config = cfg = GenericShimConfig.from_node(self)
         rngs = np.random.default_rng(cfg.seed).spawn(len(cfg.entries))
         self.routes = [_Route(self, i, entry) for i, entry in enumerate(cfg.entries)]
-        self.releaser = ReleaseThread([
-            (Relay(entry.profile.make_links(rng)[entry.direction], cfg.queue_capacity, cfg.time_scale,
+        self.relay_lanes([
+            (Lane(route.in_name, int(entry.direction)),
+             Relay(entry.profile.make_links(rng)[entry.direction], cfg.queue_capacity, cfg.time_scale,
                    capacity_bytes=cfg.queue_bytes), route.send)
-            for entry, rng, route in zip(cfg.entries, rngs, self.routes)], clock=_now_s)
+            for entry, rng, route in zip(cfg.entries, rngs, self.routes)])
         self._trace: TraceBagWriter | None = None
         self._check_graph()
         if cfg.trace_bag:  # last, so that no earlier error leaves an unclosed bag
             self._trace = self._open_trace()
-        self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
-        self._stats_seq = 0
-        self.create_timer(cfg.stats_period_s, self._publish_stats)
         self.create_timer(cfg.discovery_period_s, self._check_graph)
-        self.releaser.start()
+        self.start_relaying(cfg.stats_period_s)
         self.get_logger().info(', '.join(f'{r.in_name} -> {r.out_name} ({r.entry.type_name}, '
                                          f'{r.entry.profile.name} {r.entry.direction.name.lower()})'
                                          for r in self.routes) + f', time_scale {cfg.time_scale:g}')
@@ -166,24 +155,15 @@ class GenericShimNode(Node):
         return None
 
     def _open(self, route: _Route, qos: QosConfig) -> None:
-        """Create the publisher, then the raw subscription (counting middleware losses where reported)."""
+        """Create the publisher, then the raw subscription of the entry's lane."""
         profile = qos.profile()
         route.publisher = self.create_publisher(route.msg_type, route.out_name, profile)
 
-        def on_lost(info: QoSMessageLostInfo) -> None:
-            route.dropped_middleware = add_count(route.dropped_middleware, info.total_count_change)
-
-        def on_message(data: bytes, info: dict) -> None:
-            received_s = _received_s(info)
-            releases = self.releaser.submit(route.index, data, len(data), received_s)
+        def on_relayed(data: bytes, received_s: float, releases: list[float]) -> None:
             if self._trace is not None:
                 self._write_row(route, received_s, releases, len(data))
 
-        try:
-            self.create_subscription(route.msg_type, route.in_name, on_message, profile, raw=True,
-                                     event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
-        except UnsupportedEventTypeError:
-            self.create_subscription(route.msg_type, route.in_name, on_message, profile, raw=True)
+        self.subscribe_lane(route.index, route.msg_type, route.in_name, profile, on_relayed)
         self.get_logger().info(f'{route.in_name} -> {route.out_name}: {qos.reliability}, {qos.durability}, '
                                f'depth {qos.depth}')
 
@@ -194,20 +174,6 @@ class GenericShimNode(Node):
                                 [t * scale for t in releases], size_bytes)
         route.traced += 1
         self._trace.write_sample(sample, self.get_clock().now().nanoseconds, route.trace_topic)
-
-    def _publish_stats(self) -> None:
-        """One LinkStats per entry; `rejected` stays 0, since the shim never parses what it relays."""
-        stamp = time_msg(self.get_clock().now().nanoseconds)
-        for route in self.routes:
-            c, latency_ms = self.releaser.stats(route.index)
-            msg = LinkStats(seq=saturate(self._stats_seq), reporter=route.in_name, direction=int(route.entry.direction),
-                            received=saturate(c.received), delivered=saturate(c.delivered),
-                            dropped_injected=saturate(c.dropped_injected), dropped_queue=saturate(c.dropped_queue),
-                            dropped_middleware=route.dropped_middleware)
-            msg.header.stamp = stamp
-            msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
-            self._stats_seq += 1
-            self._stats.publish(msg)
 
     def destroy_node(self) -> None:
         self.releaser.stop()

@@ -1,44 +1,34 @@
 """The shim node: relays observations (edge -> desktop) and actions (desktop -> edge) through network models.
 
-DDS callbacks only submit the serialized message (bytes, never parsed) to a `ReleaseThread`,
-backdated to when DDS received it so that executor lag does not add to the modelled delay.
-The release thread publishes the bytes unchanged at their release times. The `network`
-parameter can be changed at runtime; every other parameter is read-only.
+Two lanes of `calf_shim.shim_base.ShimBase`, one per direction, with the uplink and downlink of
+one profile; the release thread publishes the bytes unchanged at their release times. The
+`network` parameter can be changed at runtime; every other parameter is read-only.
 """
 from __future__ import annotations
 
 import os
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.event_handler import (
-    QoSMessageLostInfo,
-    SubscriptionEventCallbacks,
-    UnsupportedEventTypeError,
-)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile
 
 from calf_core.errors import CalfError, ConfigError
-from calf_core.limits import add_count, saturate
 from calf_core.profiles import load_profile
 from calf_msgs.msg import Action, LinkStats, Observation
-from calf_ros.conversions import time_msg
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
-from calf_ros.qos import RESULTS, STREAM, QosConfig
-from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay, ReleaseThread
+from calf_ros.qos import STREAM, QosConfig
+from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay
 from calf_shim.runtime_network import check_runtime_network
 from calf_shim.seq_gaps import GapEstimator, read_observation_ids
+from calf_shim.shim_base import Lane, ShimBase
 
-UPLINK, DOWNLINK = 0, 1  # indices of the two directions in the ReleaseThread
-MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
+UPLINK, DOWNLINK = 0, 1  # indices of the two directions' lanes
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'network': ('sim_clean', 'network profile name (calf_bringup/config) or path to a profile YAML; '
@@ -89,19 +79,6 @@ class ShimConfig:
         return config
 
 
-def _now_s() -> float:
-    return time.monotonic_ns() / 1e9
-
-
-def _received_s(info: dict) -> float:
-    """When DDS received the message, on the monotonic clock (DDS stamps it with the wall clock)."""
-    now_s, wall_ns = _now_s(), time.time_ns()
-    received_ns = info.get('received_timestamp', 0)
-    if not received_ns:
-        return now_s
-    return now_s - min(max((wall_ns - received_ns) / 1e9, 0.0), MAX_AGE_S)
-
-
 def request_realtime(node: ShimNode, native_id: int, role: str) -> None:
     """Move one thread to SCHED_FIFO at the node's realtime_priority; warn when not permitted."""
     priority = node.config.realtime_priority
@@ -113,7 +90,7 @@ def request_realtime(node: ShimNode, native_id: int, role: str) -> None:
                                    f'{err.strerror}')
 
 
-class ShimNode(Node):
+class ShimNode(ShimBase):
     """Relays edge/observation -> desktop/observation and desktop/action -> edge/action through a profile."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -122,56 +99,29 @@ class ShimNode(Node):
         self._rng = np.random.default_rng(cfg.seed)
         uplink, downlink = load_profile(cfg.network).make_links(self._rng)
         edge, desktop = cfg.edge_qos.profile(), cfg.desktop_qos.profile()
-        self.releaser = ReleaseThread([
-            (Relay(uplink, cfg.queue_capacity, cfg.time_scale, capacity_bytes=cfg.queue_bytes),
+        self.relay_lanes([
+            (Lane(self.get_name(), LinkStats.DIRECTION_UPLINK),
+             Relay(uplink, cfg.queue_capacity, cfg.time_scale, capacity_bytes=cfg.queue_bytes),
              self.create_publisher(Observation, 'desktop/observation', desktop).publish),
-            (Relay(downlink, cfg.queue_capacity, cfg.time_scale, capacity_bytes=cfg.queue_bytes),
+            (Lane(self.get_name(), LinkStats.DIRECTION_DOWNLINK),
+             Relay(downlink, cfg.queue_capacity, cfg.time_scale, capacity_bytes=cfg.queue_bytes),
              self.create_publisher(Action, 'edge/action', edge).publish),
-        ], clock=_now_s)
-        self.dropped_middleware = [0, 0]
+        ])
         self.gaps = GapEstimator()  # uplink observations lost before the shim, from their seq numbers
-        self._subscribe(Observation, 'edge/observation', edge, UPLINK)
-        self._subscribe(Action, 'desktop/action', desktop, DOWNLINK)
-        self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
-        self._stats_seq = 0
-        self.create_timer(cfg.stats_period_s, self._publish_stats)
+        self.subscribe_lane(UPLINK, Observation, 'edge/observation', edge, self._observe_ids)
+        self.subscribe_lane(DOWNLINK, Action, 'desktop/action', desktop)
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self.releaser.start()
+        self.start_relaying(cfg.stats_period_s)
         request_realtime(self, self.releaser.native_id, 'release')
         self.get_logger().info(f'network {cfg.network!r}, time_scale {cfg.time_scale:g}')
 
-    def _subscribe(self, msg_type: type, topic: str, qos: QoSProfile, index: int) -> None:
-        """Subscribe raw (bytes, relayed unparsed); count middleware losses where the RMW reports them."""
-        def on_lost(info: QoSMessageLostInfo) -> None:
-            self.dropped_middleware[index] = add_count(self.dropped_middleware[index], info.total_count_change)
+    def _observe_ids(self, data: bytes, received_s: float, releases: list[float]) -> None:
+        ids = read_observation_ids(data)
+        if ids is not None:
+            self.gaps.observe(*ids)
 
-        def on_message(data: bytes, info: dict) -> None:
-            ids = read_observation_ids(data) if index == UPLINK else None
-            if ids is not None:
-                self.gaps.observe(*ids)
-            self.releaser.submit(index, data, len(data), _received_s(info))
-
-        try:
-            self.create_subscription(msg_type, topic, on_message, qos, raw=True,
-                                     event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
-        except UnsupportedEventTypeError:
-            self.get_logger().warn(f'{topic}: this RMW does not report lost messages')
-            self.create_subscription(msg_type, topic, on_message, qos, raw=True)
-
-    def _publish_stats(self) -> None:
-        """One LinkStats per direction; `rejected` stays 0, since the shim never parses what it relays."""
-        stamp = time_msg(self.get_clock().now().nanoseconds)
-        for index, direction in enumerate((LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)):
-            c, latency_ms = self.releaser.stats(index)
-            msg = LinkStats(seq=saturate(self._stats_seq), reporter=self.get_name(), direction=direction,
-                            received=saturate(c.received), delivered=saturate(c.delivered),
-                            dropped_injected=saturate(c.dropped_injected), dropped_queue=saturate(c.dropped_queue),
-                            dropped_middleware=self.dropped_middleware[index],
-                            dropped_middleware_estimated=saturate(self.gaps.lost) if index == UPLINK else 0)
-            msg.header.stamp = stamp
-            msg.latency_p50_ms, msg.latency_p95_ms, msg.latency_p99_ms = latency_ms
-            self._stats_seq += 1
-            self._stats.publish(msg)
+    def estimated_losses(self, index: int) -> int:
+        return self.gaps.lost if index == UPLINK else 0
 
     def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Load a new `network` profile; keep the old links when it is invalid."""
@@ -184,10 +134,6 @@ class ShimNode(Node):
                     return SetParametersResult(successful=False, reason=str(err))
                 self.get_logger().info(f'network changed to {param.value!r}')
         return SetParametersResult(successful=True)
-
-    def destroy_node(self) -> None:
-        self.releaser.stop()
-        super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -25,11 +25,7 @@ from functools import partial
 from typing import Any
 
 from rclpy.clock import Clock, ClockType
-from rclpy.event_handler import (
-    QoSMessageLostInfo,
-    SubscriptionEventCallbacks,
-    UnsupportedEventTypeError,
-)
+from rclpy.event_handler import QoSMessageLostInfo
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rclpy.subscription import Subscription
@@ -43,6 +39,7 @@ from calf_ros.conversions import time_msg
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, QosConfig
+from calf_shim.shim_base import subscribe_raw
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'out': ('', 'bag directory to create (required; must not exist)'),
@@ -117,11 +114,7 @@ class TraceRecorderNode(Node):
             self.missed += info.total_count_change
 
         name = self.resolve_topic_name(topic)
-        try:
-            return self.create_subscription(msg_type, name, partial(callback, name), qos, raw=True,
-                                            event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
-        except UnsupportedEventTypeError:
-            return self.create_subscription(msg_type, name, partial(callback, name), qos, raw=True)
+        return subscribe_raw(self, msg_type, name, partial(callback, name), qos, on_lost)
 
     def _on_message(self, direction: Direction, is_far: bool, msg_type: type, field: str, topic: str,
                     data: bytes) -> None:

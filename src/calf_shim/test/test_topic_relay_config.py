@@ -12,21 +12,10 @@ from calf_ros.message_types import normalise_type, resolve_type
 from calf_ros.qos import QosConfig, mirror_qos, parse_qos
 from calf_shim.topic_relay_config import Endpoint, check_types, load_relay_config, parse_entry, parse_relay_config
 
-EXAMPLE = Path(__file__).resolve().parents[2] / 'calf_bringup' / 'config' / 'impair_cmd_vel.yaml'
-
 
 def entry(**changes: object) -> dict:
     return {'in_topic': '/cmd_vel_raw', 'out_topic': '/cmd_vel', 'type': 'geometry_msgs/msg/Twist',
             'direction': 'downlink', 'profile': 'delay_only', **changes}
-
-
-def test_the_example_config_relays_cmd_vel_and_scan() -> None:
-    cmd_vel, scan = load_relay_config(EXAMPLE)
-    assert (cmd_vel.in_topic, cmd_vel.out_topic, cmd_vel.type_name, cmd_vel.direction, cmd_vel.profile.name,
-            cmd_vel.qos) == ('/cmd_vel_raw', '/cmd_vel', 'geometry_msgs/msg/Twist', Direction.DOWNLINK,
-                             'wifi_degraded', None)
-    assert (scan.type_name, scan.direction, scan.profile.name) == ('sensor_msgs/msg/LaserScan', Direction.UPLINK,
-                                                                   'wifi_normal')
 
 
 def test_an_entry_with_qos_and_a_relative_profile_path(tmp_path: Path) -> None:

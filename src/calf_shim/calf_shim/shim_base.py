@@ -1,0 +1,127 @@
+"""What every shim node shares, as topic_tools' ``ToolBaseNode`` does for its tools.
+
+A shim relays serialized messages, never parsed, through one ``Relay`` per lane (a direction of
+the calf_msgs shim, an entry of the generic shim). ``ShimBase`` holds the lanes' ``ReleaseThread``
+on the monotonic clock, subscribes raw to each lane's input, backdating each message to when DDS
+received it so that executor lag does not add to the modelled delay, and publishes one
+``LinkStats`` per lane on ``shim/link_stats``. ``subscribe_raw`` is also the trace recorder's.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rclpy.event_handler import (
+    QoSMessageLostInfo,
+    SubscriptionEventCallbacks,
+    UnsupportedEventTypeError,
+)
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from rclpy.subscription import Subscription
+
+from calf_core.limits import add_count
+from calf_msgs.msg import LinkStats
+from calf_ros.conversions import link_stats_msg
+from calf_ros.qos import RESULTS
+from calf_shim.relay import Relay, ReleaseThread
+
+MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
+
+
+def monotonic_s() -> float:
+    """The shims' clock: monotonic seconds."""
+    return time.monotonic_ns() / 1e9
+
+
+def received_s(info: dict) -> float:
+    """When DDS received the message, on the monotonic clock (DDS stamps it with the wall clock)."""
+    now_s, wall_ns = monotonic_s(), time.time_ns()
+    received_ns = info.get('received_timestamp', 0)
+    if not received_ns:
+        return now_s
+    return now_s - min(max((wall_ns - received_ns) / 1e9, 0.0), MAX_AGE_S)
+
+
+def subscribe_raw(node: Node, msg_type: type, topic: str, callback: Callable[..., None], qos: QoSProfile,
+                  on_lost: Callable[[QoSMessageLostInfo], None]) -> Subscription:
+    """A raw subscription (serialized bytes) that reports middleware losses where the RMW can."""
+    try:
+        return node.create_subscription(msg_type, topic, callback, qos, raw=True,
+                                        event_callbacks=SubscriptionEventCallbacks(message_lost=on_lost))
+    except UnsupportedEventTypeError:
+        node.get_logger().warn(f'{topic}: this RMW does not report lost messages')
+        return node.create_subscription(msg_type, topic, callback, qos, raw=True)
+
+
+@dataclass
+class Lane:
+    """One relayed stream as LinkStats reports it."""
+
+    reporter: str  # LinkStats.reporter
+    direction: int  # LinkStats.direction
+    dropped_middleware: int = 0  # messages the middleware reported lost on the lane's input
+
+
+class ShimBase(Node):
+    """A node relaying lanes of serialized messages through network models, with LinkStats per lane.
+
+    A subclass calls ``relay_lanes`` once with each lane's Relay and send function, then
+    ``subscribe_lane`` for each input, then ``start_relaying``.
+    """
+
+    def __init__(self, node_name: str, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        self.lanes: list[Lane] = []
+        self.releaser: ReleaseThread | None = None
+        self._stats_seq = 0
+
+    def relay_lanes(self, lanes: Sequence[tuple[Lane, Relay, Callable[[Any], None]]]) -> None:
+        """Lane i is relayed by its Relay and released through its send function."""
+        self.lanes = [lane for lane, _, _ in lanes]
+        self.releaser = ReleaseThread([(relay, send) for _, relay, send in lanes], clock=monotonic_s)
+
+    def subscribe_lane(self, index: int, msg_type: type, topic: str, qos: QoSProfile,
+                       on_relayed: Callable[[bytes, float, list[float]], None] | None = None) -> Subscription:
+        """Relay what arrives on ``topic`` through lane ``index``; then ``on_relayed(data, received_s, releases)``."""
+        lane = self.lanes[index]
+
+        def on_lost(info: QoSMessageLostInfo) -> None:
+            lane.dropped_middleware = add_count(lane.dropped_middleware, info.total_count_change)
+
+        def on_message(data: bytes, info: dict) -> None:
+            when = received_s(info)
+            releases = self.releaser.submit(index, data, len(data), when)
+            if on_relayed is not None:
+                on_relayed(data, when, releases)
+
+        return subscribe_raw(self, msg_type, topic, on_message, qos, on_lost)
+
+    def start_relaying(self, stats_period_s: float) -> None:
+        """Publish LinkStats every ``stats_period_s`` and start releasing."""
+        self._stats = self.create_publisher(LinkStats, 'shim/link_stats', RESULTS)
+        self.create_timer(stats_period_s, self._publish_stats)
+        self.releaser.start()
+
+    def _publish_stats(self) -> None:
+        """One LinkStats per lane; ``rejected`` stays 0, since a shim never parses what it relays."""
+        stamp_ns = self.get_clock().now().nanoseconds
+        for index, lane in enumerate(self.lanes):
+            c, latency_ms = self.releaser.stats(index)
+            self._stats.publish(link_stats_msg(
+                self._stats_seq, lane.reporter, lane.direction, stamp_ns, latency_ms, received=c.received,
+                delivered=c.delivered, dropped_injected=c.dropped_injected, dropped_queue=c.dropped_queue,
+                dropped_middleware=lane.dropped_middleware,
+                dropped_middleware_estimated=self.estimated_losses(index)))
+            self._stats_seq += 1
+
+    def estimated_losses(self, index: int) -> int:
+        """Messages of lane ``index`` estimated lost before the shim (LinkStats.dropped_middleware_estimated)."""
+        return 0
+
+    def destroy_node(self) -> None:
+        if self.releaser is not None:
+            self.releaser.stop()
+        super().destroy_node()
