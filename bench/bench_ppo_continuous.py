@@ -44,7 +44,8 @@ class Run(NamedTuple):
 
 
 def calf_config(task: str, seed: int, budget: int, target: float) -> Any:
-    """CALF's settings for ``task``: rl-zoo's PPO settings for Pendulum without gSDE, CleanRL's otherwise."""
+    """CALF's settings for ``task``: ``continuous_defaults()``; for Pendulum with rl-zoo's gamma, learning rate
+    and minibatch size of 64, without gSDE, on 8 envs x 256 steps."""
     import dataclasses
 
     from calf_agent.ppo import PPOConfig
@@ -52,8 +53,8 @@ def calf_config(task: str, seed: int, budget: int, target: float) -> Any:
 
     base = continuous_defaults()
     if task == 'Pendulum-v1':
-        base = dataclasses.replace(base, num_envs=4, num_steps=1024, ppo=PPOConfig(
-            learning_rate=1e-3, anneal_lr=False, gamma=0.9, gae_lambda=0.95, num_minibatches=64, update_epochs=10,
+        base = dataclasses.replace(base, num_envs=8, num_steps=256, ppo=PPOConfig(
+            learning_rate=1e-3, anneal_lr=False, gamma=0.9, gae_lambda=0.95, num_minibatches=32, update_epochs=10,
             clip_coef=0.2, ent_coef=0.0))
     return dataclasses.replace(base, seed=seed, total_steps=budget, stop_return=target, return_window=WINDOW,
                                torch_threads=1)
