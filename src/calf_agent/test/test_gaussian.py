@@ -17,6 +17,7 @@ from calf_agent.gaussian import GaussianAgent, gaussian_heads
 from calf_agent.normalize import ReturnNormalizer, RunningNorm
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner, check_action_space
+from calf_agent.representation import HistoryWrapper, Representation
 from calf_agent.trainer import continuous_defaults, train
 
 
@@ -135,3 +136,13 @@ def test_box_actions_train_a_gaussian_policy_and_save_its_statistics(tmp_path: P
     assert float(agent.obs_norm.count) == pytest.approx(1024 + 2, abs=1e-3)  # every received observation
     assert meta['train_config']['norm_reward'] is True
     assert json.loads((tmp_path / 'meta.json').read_text())['agent']['kind'] == 'gaussian'
+
+
+def test_history_wrapper_stacks_frames_of_a_continuous_env_and_refuses_an_action_history() -> None:
+    env = HistoryWrapper(gym.make('Pendulum-v1'), Representation(frames=2))
+    first, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (6,) and np.array_equal(first[:3], first[3:])
+    second = env.step(np.array([1.5], np.float32))[0]
+    assert np.array_equal(second[:3], first[3:]) and not np.array_equal(second[3:], first[3:])
+    with pytest.raises(ValueError, match='needs discrete actions'):
+        HistoryWrapper(gym.make('Pendulum-v1'), Representation(frames=1, actions=1))
