@@ -111,6 +111,19 @@ def check_action_space(agent: Agent, space: gym.Space, env: str) -> None:
                               f'train a policy on {env} with `calf train --env {env}`')
 
 
+def check_policy_env(ckpt_dir: Path | str, env: str) -> None:
+    """Raise CheckpointError (one line) if the checkpoint's actions are not ``env``'s (continuous vs discrete).
+
+    A directory without a checkpoint passes: the policy node reports it when it starts.
+    """
+    from calf_core.envs import make_env
+
+    if not (Path(ckpt_dir) / 'meta.json').is_file():
+        return
+    agent, _ = load_checkpoint(ckpt_dir)
+    check_action_space(agent, make_env(env).action_space, env)
+
+
 def _representation(meta: Mapping[str, Any]) -> Representation:
     """The checkpoint's frame stack and action history (default: the plain observation)."""
     try:
