@@ -59,9 +59,10 @@ class GaussianAgent(nn.Module):
                              f'{obs_dim}, {action_dim}, {plan_horizon}')
         if not hidden or min(hidden) < 1:
             raise ValueError(f'hidden must be a non-empty tuple of positive sizes, got {hidden!r}')
-        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
-        if low_t.shape != (action_dim,) or high_t.shape != (action_dim,) or not bool((low_t <= high_t).all()):
+        bounds = [float(x) for x in low], [float(x) for x in high]  # checked as numbers: no tensor on torch's meta device
+        if any(len(b) != action_dim for b in bounds) or not all(lo <= hi for lo, hi in zip(*bounds)):
             raise ValueError(f'low and high must be {action_dim} bounds with low <= high, got {low} and {high}')
+        low_t, high_t = (torch.tensor(b, dtype=torch.float32) for b in bounds)
         self.obs_dim, self.action_dim, self.hidden = obs_dim, action_dim, tuple(hidden)
         self.plan_horizon, self.log_std_init = plan_horizon, log_std_init
         self.register_buffer('low', low_t)

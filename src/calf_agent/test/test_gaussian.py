@@ -127,7 +127,7 @@ def make_pendulum(num_envs: int) -> gym.vector.VectorEnv:
 
 def test_box_actions_train_a_gaussian_policy_and_save_its_statistics(tmp_path: Path) -> None:
     cfg = dataclasses.replace(
-        continuous_defaults(), total_steps=1024, num_envs=2, num_steps=256,
+        continuous_defaults(), total_steps=1024, num_envs=2, num_steps=256, meta={'env': 'Pendulum-v1'},
         ppo=dataclasses.replace(continuous_defaults().ppo, num_minibatches=4, update_epochs=2))
     result = train(cfg, make_pendulum, tmp_path, progress=False)
     assert result.global_steps == 1024 and len(result.episode_returns) == 4
