@@ -1,4 +1,5 @@
-"""The adapter policy node in-process over DDS: a checkpoint drives Twist commands from JointState messages."""
+"""The adapter policy node in-process over DDS: a checkpoint drives Twist commands from JointState messages,
+through the action table (discrete) or straight into the fields (continuous)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,9 @@ from sensor_msgs.msg import JointState
 
 from calf_agent.adapter_policy_node import AdapterPolicyNode
 from calf_agent.checkpoint import save_checkpoint
+from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import MlpAgent
+from calf_core.errors import ConfigError
 
 pytestmark = pytest.mark.ros
 
@@ -61,4 +64,52 @@ def test_adapter_policy_node_drives_twist_from_joint_states(tmp_path: Path) -> N
             executor.remove_node(node)
             node.destroy_node()
         executor.shutdown()
+        context.try_shutdown()
+
+
+def test_a_continuous_policy_writes_its_clipped_action_into_twist_fields(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    agent = GaussianAgent(4, 2, [-0.2, -1.0], [0.2, 1.0], hidden=(8,))
+    with torch.no_grad():
+        agent.actor_mean[-1].bias.copy_(torch.tensor([5.0, 0.3]))  # the first value is clipped to 0.2
+    agent.obs_norm.update(np.float32([[0.0, 0.0, 0.0, 0.0], [0.1, 0.1, 0.1, 0.1]]))
+    ckpt = save_checkpoint(tmp_path / 'ckpt', agent, {'env': 'InvertedPendulum-v5'})
+    twist = {'topic': '/adc/cmd_vel', 'type': 'geometry_msgs/msg/Twist', 'fields': ['linear.x', 'angular.z']}
+    adapter = write_adapter(tmp_path, {**JOINTS, 'topic': '/adc/joint_states'}, twist)
+    context = new_context()
+    executor = SingleThreadedExecutor(context=context)
+    robot = Node('robot', context=context)
+    executor.add_node(robot)
+    received: list[Any] = []
+    try:
+        policy = AdapterPolicyNode(context=context, parameter_overrides=[
+            Parameter('policy', value=str(ckpt)), Parameter('adapter', value=str(adapter))])
+        executor.add_node(policy)
+        states = robot.create_publisher(JointState, '/adc/joint_states', 10)
+        robot.create_subscription(Twist, '/adc/cmd_vel', received.append, 10)
+        msg = JointState(name=['cart', 'pole'], position=[0.01, 0.03], velocity=[-0.02, 0.04])
+        timer = robot.create_timer(0.05, lambda: states.publish(msg))
+        assert spin_until(executor, lambda: len(received) >= 3, 10.0)
+        robot.destroy_timer(timer)
+        expected = agent.act(np.float32([0.01, -0.02, 0.03, 0.04]), deterministic=True)[0][0]
+        assert expected[0] == pytest.approx(0.2) and -1.0 < expected[1] < 1.0
+        assert (received[0].linear.x, received[0].angular.z) == pytest.approx(tuple(expected))
+        assert received[0].linear.y == 0.0 and policy.rejected == 0
+    finally:
+        for node in executor.get_nodes():
+            executor.remove_node(node)
+            node.destroy_node()
+        executor.shutdown()
+        context.try_shutdown()
+
+
+def test_a_continuous_policy_refuses_an_action_table(tmp_path: Path) -> None:
+    ckpt = save_checkpoint(tmp_path / 'ckpt', GaussianAgent(4, 2, [-1.0, -1.0], [1.0, 1.0]), {'env': 'x'})
+    adapter = write_adapter(tmp_path, JOINTS, TWIST_TABLE)
+    context = new_context()
+    try:
+        with pytest.raises(ConfigError, match='continuous actions of 2 values: the adapter action needs no table'):
+            AdapterPolicyNode(context=context, parameter_overrides=[
+                Parameter('policy', value=str(ckpt)), Parameter('adapter', value=str(adapter))])
+    finally:
         context.try_shutdown()

@@ -3,7 +3,7 @@
 It reads observations from the topic and message type named in an adapter file
 (``calf_ros.adapters``), asks ``PolicyRunner`` for a plan, and publishes the plan's first action
 on the robot's command topic (e.g. ``geometry_msgs/Twist`` on ``/cmd_vel``) through the adapter's
-action table. Robot messages carry no episode or sequence number: every received message is
+action table, or for a continuous policy straight into the adapter's fields. Robot messages carry no episode or sequence number: every received message is
 observation k of one endless episode, numbered in order of arrival.
 """
 from __future__ import annotations
@@ -50,14 +50,14 @@ class AdapterPolicyNode(Node):
         self.config = cfg = AdapterNodeConfig.from_node(self)
         self.runner = runner = PolicyRunner.from_checkpoint(cfg.policy, cfg.deterministic)
         obs, act = cfg.adapter.observation, cfg.adapter.action
-        cfg.adapter.check_sizes(runner.obs_size, runner.n_actions)
+        cfg.adapter.check_sizes(runner.obs_size, runner.n_actions, action_dim=runner.action_dim)
         self._action_type = resolve_type(act.type_name)
         self._action_pub = self.create_publisher(self._action_type, act.topic, act.qos.profile())
         self.create_subscription(resolve_type(obs.type_name), obs.topic, self._on_observation,
                                  obs.qos.profile())
         self.received = self.rejected = self.acted = 0
         self.get_logger().info(f'policy {cfg.policy}: {obs.type_name} on {obs.topic} -> {act.type_name} on '
-                               f'{act.topic}, {runner.n_actions} actions')
+                               f'{act.topic}, {runner.action_description}')
 
     def _on_observation(self, msg: Any) -> None:
         seq = self.received

@@ -26,7 +26,8 @@ MAX_INT = (1 << 63) - 1
 
 # Agent spec fields that are sizes: (lowest, highest).
 SPEC_SIZES: dict[str, tuple[int, int]] = {
-    'obs_dim': (1, MAX_OBS_DIM), 'n_actions': (1, MAX_ACTIONS), 'plan_horizon': (1, MAX_PLAN_HORIZON),
+    'obs_dim': (1, MAX_OBS_DIM), 'n_actions': (1, MAX_ACTIONS), 'action_dim': (1, MAX_ACTIONS),
+    'plan_horizon': (1, MAX_PLAN_HORIZON),
     'lstm_size': (1, MAX_WIDTH), 'lead': (0, MAX_PLAN_HORIZON - 1),
 }
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
+from calf_agent.policy_runner import check_action_space
 from calf_agent.representation import HistoryFeatures, Representation, observation_age_s
 from calf_core.envs import make_networked_env
 from calf_core.profiles import Profile
@@ -60,6 +61,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
     envs = [make_networked_env(meta['env'], profile, seed=seed + i, plan_horizon=horizon,
                                start_plan=_start_plan(meta))
             for i in range(min(batch, episodes))]
+    check_action_space(agent, envs[0].action_space, meta['env'])
     n_actions = int(envs[0].stepper.n_actions)
     obs_size = int(np.prod(envs[0].observation_space.shape))
     histories = [HistoryFeatures(rep, obs_size, n_actions) for _ in envs]

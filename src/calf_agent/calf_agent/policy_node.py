@@ -61,7 +61,7 @@ class PolicyNode(Node):
         self.create_subscription(Observation, 'observation', self._on_observation, cfg.qos.profile())
         self.get_logger().info(
             f'policy {cfg.policy} ({runner.env or "env not recorded"}): {runner.obs_size} observation values, '
-            f'{runner.n_actions} actions, plan horizon {runner.plan_horizon}, '
+            f'{runner.action_description}, plan horizon {runner.plan_horizon}, '
             f'{"deterministic" if cfg.deterministic else "sampling"}')
 
     def _on_observation(self, msg: Observation) -> None:

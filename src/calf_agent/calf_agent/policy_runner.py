@@ -3,7 +3,8 @@
 ``PolicyRunner`` is what the policy node calls for every observation it receives. It applies
 the ``ObservationGate`` (act on the newest observation only; a terminal one ends the episode
 without an action), builds the same features the trainer's ``HistoryWrapper`` builds, and keeps
-the LSTM state, both reset when a new episode starts.
+the LSTM state, both reset when a new episode starts. A continuous (Gaussian) policy normalises the
+features with the statistics saved in its checkpoint and clips its actions to the bounds.
 """
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
+from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import Agent
 from calf_agent.representation import HistoryFeatures, Representation
 from calf_core.timing import ObservationGate
+
+Plan = list[int] | np.ndarray
+"""A discrete plan (H action indices) or a continuous one (``[H, A]`` float32)."""
 
 
 class PolicyRunner:
@@ -31,11 +37,17 @@ class PolicyRunner:
             raise CheckpointError('this policy reads the observation age, which a policy node cannot measure without '
                                   'a clock shared with the env: evaluate it with `calf eval --backend sim`, or retrain '
                                   'without --obs-age to deploy it')
-        self.n_actions, self.plan_horizon = int(agent.n_actions), int(agent.plan_horizon)
+        self.continuous = isinstance(agent, GaussianAgent)
+        if self.continuous and self.rep.actions:
+            raise CheckpointError(f'this continuous policy has an action history ({self.rep.actions} actions), '
+                                  'which CALF builds for discrete actions only: retrain with --actions 0')
+        self.n_actions = 0 if self.continuous else int(agent.n_actions)
+        self.action_dim = int(agent.action_dim) if self.continuous else 0
+        self.plan_horizon = int(agent.plan_horizon)
         if int(meta.get('plan_horizon', self.plan_horizon)) != self.plan_horizon:
             raise CheckpointError(f'meta plan_horizon {meta["plan_horizon"]} differs from the agent\'s '
                                   f'{self.plan_horizon}')
-        self.obs_size = _obs_size(agent, self.rep)
+        self.obs_size = _obs_size(int(agent.obs_dim), self.n_actions, self.rep)
         self._gate = ObservationGate()
         self._history = HistoryFeatures(self.rep, self.obs_size, self.n_actions)
         self._state: Any = None
@@ -46,6 +58,13 @@ class PolicyRunner:
         """Observations the gate found suspicious, by kind (see ``ObservationGate``)."""
         return self._gate.anomalies
 
+    @property
+    def action_description(self) -> str:
+        """E.g. ``2 actions`` or ``continuous actions of 1 value``, for logs."""
+        if self.continuous:
+            return f'continuous actions of {self.action_dim} value{"s" if self.action_dim > 1 else ""}'
+        return f'{self.n_actions} actions'
+
     @classmethod
     def from_checkpoint(cls, ckpt_dir: Path | str, deterministic: bool = True) -> PolicyRunner:
         """Load ``ckpt_dir``; raises CheckpointError with a one-line reason."""
@@ -53,7 +72,7 @@ class PolicyRunner:
         return cls(agent, meta, deterministic)
 
     def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool,
-                       run: int = 0) -> list[int] | None:
+                       run: int = 0) -> Plan | None:
         """The plan (H actions) answering this observation, or None when it is not acted on.
 
         ``terminated`` means the episode ended at this observation (terminated or truncated).
@@ -70,9 +89,39 @@ class PolicyRunner:
         else:
             features = self._history.update(obs, self._last_sent)
         actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq)
+        if self.continuous:
+            return np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)
         plan = [int(a) for a in np.asarray(actions).reshape(-1)]
         self._last_sent = plan[0]
         return plan
+
+
+def check_action_space(agent: Agent, space: gym.Space, env: str) -> None:
+    """Raise CheckpointError in one line unless ``agent`` acts in ``env``'s action ``space`` (per element)."""
+    if isinstance(agent, GaussianAgent):
+        fits = isinstance(space, gym.spaces.Box) and space.shape[-1:] == (agent.action_dim,)
+        kind = f'a continuous policy ({agent.action_dim} values)'
+    else:
+        n = space.n if isinstance(space, gym.spaces.Discrete) else (
+            space.nvec.reshape(-1)[0] if isinstance(space, gym.spaces.MultiDiscrete) else None)
+        fits = n == agent.n_actions
+        kind = f'a discrete policy ({agent.n_actions} actions)'
+    if not fits:
+        raise CheckpointError(f'{kind} cannot act in {env}, whose actions are {space}: '
+                              f'train a policy on {env} with `calf train --env {env}`')
+
+
+def check_policy_env(ckpt_dir: Path | str, env: str) -> None:
+    """Raise CheckpointError (one line) if the checkpoint's actions are not ``env``'s (continuous vs discrete).
+
+    A directory without a checkpoint passes: the policy node reports it when it starts.
+    """
+    from calf_core.envs import make_env
+
+    if not (Path(ckpt_dir) / 'meta.json').is_file():
+        return
+    agent, _ = load_checkpoint(ckpt_dir)
+    check_action_space(agent, make_env(env).action_space, env)
 
 
 def _representation(meta: Mapping[str, Any]) -> Representation:
@@ -83,10 +132,10 @@ def _representation(meta: Mapping[str, Any]) -> Representation:
         raise CheckpointError(f'meta representation {meta.get("representation")!r} is invalid: {exc}') from None
 
 
-def _obs_size(agent: Agent, rep: Representation) -> int:
+def _obs_size(obs_dim: int, n_actions: int, rep: Representation) -> int:
     """Size of one raw observation, recovered from the agent's input size and the representation."""
-    frames_part = int(agent.obs_dim) - rep.actions * int(agent.n_actions)
+    frames_part = obs_dim - rep.actions * n_actions
     if frames_part <= 0 or frames_part % rep.frames:
-        raise CheckpointError(f'agent input size {agent.obs_dim} does not fit representation {rep.as_dict()} '
-                              f'with {agent.n_actions} actions')
+        raise CheckpointError(f'agent input size {obs_dim} does not fit representation {rep.as_dict()} '
+                              f'with {n_actions} actions')
     return frames_part // rep.frames

@@ -105,21 +105,25 @@ class Minibatch(NamedTuple):
 class RolloutBuffer:
     """Preallocated ``[T, N]`` storage for one PPO rollout.
 
+    Discrete actions are stored as integers; ``continuous`` ones as floats, their last dimension the
+    action's (``action_shape`` ``(A,)`` or ``(H, A)``).
     ``masks[t, n, j]`` marks plan element ``j`` of step ``t`` as executed. It starts at 1 unless
     ``track_executed``; then it starts at 0 and ``mark_executed`` sets it from the env's reports.
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_dim: int, action_shape: tuple[int, ...] = (),
-                 track_executed: bool = False) -> None:
+                 track_executed: bool = False, continuous: bool = False) -> None:
         self.num_steps, self.num_envs = num_steps, num_envs
         self.obs = torch.zeros(num_steps, num_envs, obs_dim)
-        self.actions = torch.zeros(num_steps, num_envs, *action_shape, dtype=torch.long)
+        self.actions = torch.zeros(num_steps, num_envs, *action_shape,
+                                   dtype=torch.float32 if continuous else torch.long)
         self.logprobs = torch.zeros(num_steps, num_envs)
         self.values = torch.zeros(num_steps, num_envs)
         self.dones = torch.zeros(num_steps, num_envs)
         self.rewards = torch.zeros(num_steps, num_envs)
         self.track_executed = track_executed
-        self.masks = torch.full((num_steps, num_envs, *(action_shape or (1,))), float(not track_executed))
+        plan_shape = action_shape[:-1] if continuous else action_shape
+        self.masks = torch.full((num_steps, num_envs, *(plan_shape or (1,))), float(not track_executed))
         self.pos = 0
 
     @property

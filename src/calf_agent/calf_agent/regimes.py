@@ -9,8 +9,15 @@ from pathlib import Path
 import gymnasium as gym
 
 from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
-from calf_agent.trainer import TrainConfig, TrainResult, cartpole_defaults, minigrid_defaults, train
-from calf_core.envs import env_spec, make_networked_env
+from calf_agent.trainer import (
+    TrainConfig,
+    TrainResult,
+    cartpole_defaults,
+    continuous_defaults,
+    minigrid_defaults,
+    train,
+)
+from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e
 from calf_core.vector_networked import VectorNetworkedCartPole
@@ -34,13 +41,19 @@ def typical_delay_ticks(profile: Profile, dt: float, percentile: int = 50) -> in
     return 0 if not latency_ms > 0 else math.ceil(latency_ms / (dt * 1e3) - 1e-9)
 
 
+def is_continuous(env: str) -> bool:
+    """Whether ``env`` takes continuous (Box) actions."""
+    return isinstance(make_env(env).action_space, gym.spaces.Box)
+
+
 def default_representation(env: str, profile: Profile) -> Representation:
     """Paper, Table 3: CartPole stacks k = d + 1 frames and the d in-flight actions; MiniGrid's LSTM
-    sees one frame."""
+    sees one frame; continuous-action tasks stack d + 1 frames (the action history is one-hot, for
+    discrete actions only)."""
     if env == 'minigrid':
         return Representation(frames=1, actions=0)
     d = typical_delay_ticks(profile, env_spec(env).dt)
-    return Representation(frames=d + 1, actions=d)
+    return Representation(frames=d + 1, actions=0 if is_continuous(env) else d)
 
 
 FAST_PATH_MIN_ENVS = 32
@@ -96,6 +109,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
                  num_envs: int | None = None) -> TrainResult:
     """Train PPO on ``env`` behind ``network`` and write the checkpoint into ``out_dir``.
 
+    Continuous-action envs train a Gaussian policy with ``continuous_defaults()``.
     ``num_envs`` (default: the env's PPO default, 8 for CartPole) envs collect each rollout; from
     ``FAST_PATH_MIN_ENVS`` on, CartPole runs on the fast path when the profile allows it.
 
@@ -109,7 +123,10 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
         raise ConfigError(f'--envs must be >= 1, got {num_envs}')
     profile = load_profile(network)
     rep = rep or default_representation(env, profile)
-    base: TrainConfig = cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
+    if is_continuous(env):
+        base: TrainConfig = continuous_defaults()
+    else:
+        base = cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name,
             'representation': rep.as_dict(), 'plan_horizon': plan_horizon}
     try:

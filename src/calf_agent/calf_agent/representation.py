@@ -128,14 +128,24 @@ def observation_age_s(rep: Representation, info: dict) -> Any:
     return np.asarray(info['obs_age_ms'], dtype=np.float64) / 1e3 if rep.obs_age else None
 
 
+def history_actions(space: gym.Space, rep: Representation) -> int:
+    """The discrete actions one-hot in the history of ``space`` (a plan's element), 0 for continuous actions,
+    which have no action history (ValueError if ``rep`` asks for one)."""
+    if isinstance(space, gym.spaces.Box):
+        if rep.actions:
+            raise ValueError(f'an action history ({rep.actions} actions) needs discrete actions, got {space}: '
+                             'use actions: 0')
+        return 0
+    return int(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec[0])
+
+
 class HistoryWrapper(gym.Wrapper):
     """Gymnasium wrapper applying ``HistoryFeatures`` to a (networked) env's observations."""
 
     def __init__(self, env: gym.Env, rep: Representation) -> None:
         super().__init__(env)
         obs_size = int(np.prod(env.observation_space.shape))
-        space = env.action_space
-        n_actions = int(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec[0])
+        n_actions = history_actions(env.action_space, rep)
         self.history = HistoryFeatures(rep, obs_size, n_actions)
         size = rep.feature_size(obs_size, n_actions)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
@@ -163,8 +173,7 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, rep: Representation) -> None:
         super().__init__(env)
         obs_size = int(np.prod(env.single_observation_space.shape))
-        space = env.single_action_space
-        n_actions = int(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec[0])
+        n_actions = history_actions(env.single_action_space, rep)
         self.history = HistoryBatch(rep, obs_size, n_actions, env.num_envs)
         self._rows = np.arange(env.num_envs)
         size = rep.feature_size(obs_size, n_actions)

@@ -4,7 +4,9 @@ The vector env must autoreset in ``SAME_STEP`` mode, e.g.
 ``gym.make_vec(id, n, vectorization_mode='sync', vector_kwargs={'autoreset_mode':
 gym.vector.AutoresetMode.SAME_STEP})``: then every step is a real transition and a
 truncated episode is bootstrapped from ``info['final_obs']``. Observations must be flat
-(``Box`` of shape ``(obs_dim,)``) and actions ``Discrete(n)`` or ``MultiDiscrete([n] * H)``.
+(``Box`` of shape ``(obs_dim,)``) and actions ``Discrete(n)`` or ``MultiDiscrete([n] * H)``, or
+``Box`` of shape ``(A,)`` or ``(H, A)`` (a plan): continuous actions train a ``GaussianAgent`` on
+running-normalised observations, and are clipped to the bounds as they are sent to the env.
 With ``mask_unexecuted`` the env must report ``info['executed']`` (see ``NetworkedEnv``), and the
 policy loss of each step counts only the plan elements that ran.
 """
@@ -30,6 +32,8 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from calf_agent.checkpoint import save_checkpoint
+from calf_agent.gaussian import GaussianAgent
+from calf_agent.normalize import ReturnNormalizer
 from calf_agent.policies import AGENT_KINDS, PLAN_HEADS, Agent, LstmAgent, LstmState, MlpAgent
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.seeding import seed_everything
@@ -57,6 +61,8 @@ class TrainConfig:
     torch_threads: int = 1
     mask_unexecuted: bool = False  # policy loss only on executed plan elements (info['executed'])
     plan_head: str = 'independent'  # MLP plan actor: 'independent' heads or one time-conditioned 'time' head
+    norm_reward: bool = False  # scale rewards by the running std of the discounted return (continuous control)
+    log_std_init: float = 0.0  # initial log-std of a Gaussian (continuous-action) policy
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -117,6 +123,15 @@ def minigrid_defaults() -> TrainConfig:
         meta={'env': 'minigrid'})
 
 
+def continuous_defaults() -> TrainConfig:
+    """CleanRL's ppo_continuous_action settings (Gaussian MLP, normalised observations and rewards), with
+    4 envs x 512 steps per rollout."""
+    return TrainConfig(
+        total_steps=200_000, num_envs=4, num_steps=512, agent='mlp', hidden=(64, 64), norm_reward=True,
+        ppo=PPOConfig(learning_rate=3e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, num_minibatches=32,
+                      update_epochs=10, clip_coef=0.2, clip_vloss=True, ent_coef=0.0))
+
+
 def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
           progress: bool = True) -> TrainResult:
     """Train with PPO on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``.
@@ -157,18 +172,31 @@ def _check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:
 
 
 def _action_layout(space: gym.Space) -> tuple[int, int]:
-    """``(n_actions, plan_horizon)`` for Discrete(n) or MultiDiscrete([n] * H)."""
+    """``(n_actions, plan_horizon)`` for Discrete(n) or MultiDiscrete([n] * H); ``(A, H)`` for a Box of
+    shape ``(A,)`` or ``(H, A)``."""
+    if isinstance(space, gym.spaces.Box) and space.shape and len(space.shape) <= 2:
+        return int(space.shape[-1]), 1 if len(space.shape) == 1 else int(space.shape[0])
     if isinstance(space, gym.spaces.Discrete):
         return int(space.n), 1
     if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1 and len(set(space.nvec)) == 1:
         return int(space.nvec[0]), len(space.nvec)
-    raise ValueError(f'the trainer needs Discrete(n) or MultiDiscrete([n] * H) actions, got {space}')
+    raise ValueError(f'the trainer needs Discrete(n), MultiDiscrete([n] * H) or Box (A,) or (H, A) actions, '
+                     f'got {space}')
 
 
 def _build_agent(cfg: TrainConfig, envs: gym.vector.VectorEnv) -> Agent:
     """The agent ``cfg`` asks for, sized to the env's spaces."""
     obs_dim = int(envs.single_observation_space.shape[0])
-    n_actions, horizon = _action_layout(envs.single_action_space)
+    space = envs.single_action_space
+    n_actions, horizon = _action_layout(space)
+    if isinstance(space, gym.spaces.Box):
+        if cfg.agent != 'mlp':
+            raise ValueError(f'continuous actions need the mlp agent, got {cfg.agent!r}')
+        low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
+        if len(space.shape) == 2 and not ((low == low[0]).all() and (high == high[0]).all()):
+            raise ValueError(f'a plan of continuous actions needs the same bounds for every element, got {space}')
+        return GaussianAgent(obs_dim, n_actions, low.reshape(-1, n_actions)[0].tolist(),
+                             high.reshape(-1, n_actions)[0].tolist(), cfg.hidden, horizon, cfg.log_std_init)
     if cfg.agent == 'lstm':
         return LstmAgent(obs_dim, n_actions, cfg.hidden, horizon, cfg.lstm_size)
     return MlpAgent(obs_dim, n_actions, cfg.hidden, horizon, cfg.plan_head)
@@ -188,11 +216,15 @@ class _Loop:
                  rng: np.random.Generator, out_dir: Path) -> None:
         self.cfg, self.agent, self.envs, self.rng, self.out_dir = cfg, agent, envs, rng, out_dir
         self.recurrent = isinstance(agent, LstmAgent)
+        self.continuous = isinstance(agent, GaussianAgent)
+        self.reward_norm = ReturnNormalizer(cfg.num_envs, cfg.ppo.gamma) if cfg.norm_reward else None
         self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5,
                                           foreach=True)
         action_shape = () if agent.plan_horizon == 1 else (agent.plan_horizon,)
+        if self.continuous:
+            action_shape = (*action_shape, agent.action_dim)
         self.buffer = RolloutBuffer(cfg.num_steps, cfg.num_envs, agent.obs_dim, action_shape,
-                                    cfg.mask_unexecuted)
+                                    cfg.mask_unexecuted, continuous=self.continuous)
         self.returns: list[float] = []
         self.lengths: deque[int] = deque(maxlen=cfg.return_window)
         self.global_step = self.iteration = 0
@@ -204,7 +236,7 @@ class _Loop:
         cfg = self.cfg
         start = time.perf_counter()
         obs, _ = self.envs.reset(seed=cfg.seed)
-        next_obs = torch.as_tensor(obs, dtype=torch.float32)
+        next_obs = self._observe(obs)
         next_done = torch.zeros(cfg.num_envs)
         state = self.agent.initial_state(cfg.num_envs) if self.recurrent else None
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -264,16 +296,31 @@ class _Loop:
         gamma = self.cfg.ppo.gamma
         while not self.buffer.full:
             action, logprob, value, state = self._policy(obs, done, state)
-            raw_obs, reward, term, trunc, info = self.envs.step(action.numpy())
-            reward = self._bootstrap(reward.astype(np.float32), term, trunc, info, state, gamma)
+            raw_obs, reward, term, trunc, info = self.envs.step(self._executed_action(action))
+            reward = reward.astype(np.float32)
+            if self.reward_norm is not None:
+                reward = self.reward_norm.scale(reward, term | trunc)
+            reward = self._bootstrap(reward, term, trunc, info, state, gamma)
             self.buffer.add(obs, done, action, logprob, value, reward)
             if self.buffer.track_executed:
                 self.buffer.mark_executed(_executed(info))
-            obs = torch.as_tensor(raw_obs, dtype=torch.float32)
+            obs = self._observe(raw_obs)
             done = torch.as_tensor(term | trunc, dtype=torch.float32)
             self._record(info)
         self.global_step += self.cfg.batch_size
         return obs, done, state
+
+    def _observe(self, raw: np.ndarray) -> Tensor:
+        """The policy input for env observations; a Gaussian agent's normaliser learns from them first."""
+        obs = torch.as_tensor(raw, dtype=torch.float32)
+        if not self.continuous:
+            return obs
+        self.agent.obs_norm.update(obs)
+        return self.agent.obs_norm(obs)
+
+    def _executed_action(self, action: Tensor) -> np.ndarray:
+        """What the env receives: continuous actions clipped to the bounds (the buffer keeps the sample)."""
+        return (self.agent.clip(action) if self.continuous else action).numpy()
 
     def _bootstrap(self, reward: np.ndarray, term: np.ndarray, trunc: np.ndarray,
                    info: Mapping[str, Any], state: LstmState | None, gamma: float) -> np.ndarray:
@@ -282,6 +329,8 @@ class _Loop:
         if idx.size == 0:
             return reward
         final = torch.as_tensor(np.stack([info['final_obs'][i] for i in idx]), dtype=torch.float32)
+        if self.continuous:
+            final = self.agent.obs_norm(final)
         sub = None if state is None else (state[0][:, idx], state[1][:, idx])
         reward[idx] += gamma * self._value(final, torch.zeros(idx.size), sub).numpy()
         return reward

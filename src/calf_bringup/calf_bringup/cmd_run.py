@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from calf_agent.policy_runner import check_policy_env
 from calf_bringup.graph import build_graph
 from calf_bringup.run_options import IMPAIR, MODES, RunOptions, add_arguments
 from calf_bringup.runner import run_graph
@@ -25,4 +26,6 @@ def run(args: argparse.Namespace) -> int:
     options = RunOptions.from_args(args)
     for note in options.warnings:
         print(f'calf run: warning: {note}', file=sys.stderr)
+    if options.policy and options.mode != IMPAIR and options.placement != 'hierarchical' and options.role == 'all':
+        check_policy_env(options.policy, options.env)
     return run_graph(build_graph(options), options.domain_id)

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.gaussian import GaussianAgent
 from calf_bringup import cli, cmd_run
 from calf_bringup.discovery import (
     FASTDDS_NS,
@@ -335,3 +337,12 @@ def test_the_start_gate_options_reach_the_env_node() -> None:
     assert 'wait_for_policy:=false' in command_line(env, '/ws')
     default = build_graph(RunOptions.of('sim_net', policy='/ckpt'))[0].parameters
     assert 'wait_for_policy' not in default and 'policy_timeout_s' not in default  # the env node's defaults
+
+
+def test_calf_run_refuses_a_continuous_policy_for_a_discrete_env(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = save_checkpoint(tmp_path / 'ckpt', GaussianAgent(4, 1, [-3.0], [3.0]), {'env': 'InvertedPendulum-v5'})
+    assert cli.main(['run', 'local_sim', '--env', 'cartpole', '--policy', str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('calf run: error: a continuous policy (1 values) cannot act in cartpole, whose actions '
+                          'are Discrete(2)') and err.count('\n') == 1

@@ -224,11 +224,19 @@ class AdapterConfig:
     observation: ObservationAdapter
     action: ActionAdapter
 
-    def check_sizes(self, obs_size: int, n_actions: int, side: str = 'policy') -> None:
-        """Raise ConfigError when the config cannot serve a discrete policy or env (`side`) of these sizes."""
+    def check_sizes(self, obs_size: int, n_actions: int, side: str = 'policy', action_dim: int = 0) -> None:
+        """Raise ConfigError when the config cannot serve a policy or env (`side`) of these sizes: discrete
+        with `n_actions`, or continuous with `action_dim` values per action (then `n_actions` is 0)."""
         size = self.observation.reader.size
         if size is not None and size != obs_size:
             raise ConfigError(f'the adapter maps {size} observation values, the {side} has {obs_size}')
+        if action_dim:
+            fields = self.action.fields
+            if self.action.table is not None or (fields is not None and len(fields) != action_dim):
+                raise ConfigError(f'the {side} has continuous actions of {action_dim} values: the adapter action needs '
+                                  f'no table and {action_dim} fields, it has '
+                                  f'{"a table" if self.action.table is not None else f"{len(fields or ())} fields"}')
+            return
         table = self.action.table
         if table is None or len(table) != n_actions:
             raise ConfigError(f'the {side} has {n_actions} discrete actions: the adapter action table needs '

@@ -140,6 +140,18 @@ def test_check_sizes_compares_sizes_with_the_checkpoint_or_env() -> None:
         adapter.check_sizes(4, 3, 'env')
 
 
+def test_check_sizes_wants_one_twist_field_per_continuous_action_value_and_no_table() -> None:
+    twist = config(action={'topic': '/cmd_vel', 'type': 'geometry_msgs/Twist', 'fields': ['linear.x', 'angular.z']})
+    twist.check_sizes(4, 0, action_dim=2)
+    with pytest.raises(ConfigError, match='continuous actions of 1 values: the adapter action needs no table and 1 '
+                                          'fields, it has 2 fields'):
+        twist.check_sizes(4, 0, action_dim=1)
+    with pytest.raises(ConfigError, match='it has a table'):
+        config().check_sizes(4, 0, action_dim=2)
+    array = config(action={'topic': '/act', 'type': 'std_msgs/msg/Float32MultiArray'})
+    array.check_sizes(4, 0, action_dim=3)
+
+
 @pytest.mark.parametrize('observation, msg_type', [
     (JOINTS, JointState),
     ({'topic': '/odom', 'type': 'nav_msgs/Odometry', 'fields': ['twist.twist.angular.z', 'pose.pose.position.x',
