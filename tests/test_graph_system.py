@@ -56,6 +56,16 @@ def planner(policy: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope='module')
+def continuous_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Gaussian policy for InvertedPendulum-v5 (MuJoCo, 40 ms ticks), trained briefly under full_net_aware:
+    its deterministic episodes last about 75 ticks under wifi_normal."""
+    out = tmp_path_factory.mktemp('policy') / 'inverted_pendulum_full'
+    train_policy('InvertedPendulum-v5', 'full_net_aware', seed=0, out_dir=out, steps=8192, regime='full',
+                 progress=False)
+    return out
+
+
 class Results:
     """EpisodeResults of /calf/edge/episode_result, received on a private context."""
 
@@ -145,13 +155,15 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
 
 @pytest.mark.slow
 @pytest.mark.ros
-@pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded')])
+@pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded'),
+                                                 ('continuous_policy', 'wifi_normal')])
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """One policy, 20 episodes per backend: returns agree, and the live graph pays the modelled delays; the
     ros episodes are the env's first 20, each played with the policy (no start-up episode before it answered).
 
-    Single actions run under wifi_normal. Plans (H = 8, from the model planner, with the env's start
+    Single actions run under wifi_normal, for CartPole and for a continuous task (InvertedPendulum-v5, its
+    torques in Action.continuous). Plans (H = 8, from the model planner, with the env's start
     plan) run under wifi_degraded, where their return depends on when each plan arrives: the same
     planner with H = 4 and lead 1 scores about 40 there in virtual time, with H = 8 and lead 3 about 130.
 
