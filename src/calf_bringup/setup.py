@@ -18,7 +18,7 @@ setup(
     zip_safe=True,
     maintainer='CALF developers',
     maintainer_email='calf@example.org',
-    description='The calf command line, network profiles, experiments and launch files.',
+    description='The calf command line, the node graph and its launch files, and the experiment harness.',
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
