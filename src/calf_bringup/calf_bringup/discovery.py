@@ -74,8 +74,9 @@ def private_dir() -> Path:
     """This user's directory for generated DDS profiles, created 0700; ConfigError if it is not private.
 
     ``$XDG_RUNTIME_DIR/calf`` when the session has a runtime dir, else ``<tmp>/calf-<uid>``. An existing
-    directory is used only if it is a real directory (not a symlink) owned by this user and closed to
-    group and others, since the profiles it holds decide whom the nodes talk to.
+    directory is used only if it is a real directory (not a symlink) owned by this user that no one else
+    could write into; it is then closed to group and others, since the profiles it holds decide whom the
+    nodes talk to.
     """
     runtime = os.environ.get('XDG_RUNTIME_DIR', '')
     if runtime and _is_private(Path(runtime)):
@@ -88,19 +89,26 @@ def private_dir() -> Path:
         pass
     except OSError as err:
         raise ConfigError(f'cannot create {str(path)!r}: {err.strerror}') from None
+    if _is_own_dir(path) and not os.lstat(path).st_mode & 0o022:
+        os.chmod(path, 0o700)  # readable by others (earlier versions made it 0755), yet only we wrote into it
     if not _is_private(path):
         raise ConfigError(f'{str(path)!r} is not a private directory of this user (a symlink, another owner, or '
                           f'open to group or others): remove it, or set XDG_RUNTIME_DIR')
     return path
 
 
-def _is_private(path: Path) -> bool:
-    """Is ``path`` a directory (not a symlink) owned by this user with no group or other access?"""
+def _is_own_dir(path: Path) -> bool:
+    """Is ``path`` a directory (not a symlink) owned by this user?"""
     try:
         info = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+
+
+def _is_private(path: Path) -> bool:
+    """Is ``path`` a directory (not a symlink) owned by this user with no group or other access?"""
+    return _is_own_dir(path) and not os.lstat(path).st_mode & 0o077
 
 
 def template_path() -> Path:

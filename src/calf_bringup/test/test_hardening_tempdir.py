@@ -38,8 +38,8 @@ def test_the_runtime_dir_is_preferred_when_private(tmp_root: Path, monkeypatch: 
     assert private_dir() == tmp_root / f'calf-{os.getuid()}'
 
 
-@pytest.mark.parametrize('mode', [0o777, 0o755, 0o1777, 0o710, 0o701])
-def test_an_open_directory_is_refused(tmp_root: Path, mode: int) -> None:
+@pytest.mark.parametrize('mode', [0o777, 0o775, 0o1777, 0o757, 0o720])
+def test_a_directory_others_could_write_into_is_refused(tmp_root: Path, mode: int) -> None:
     path = tmp_root / f'calf-{os.getuid()}'
     path.mkdir()
     path.chmod(mode)
@@ -47,6 +47,15 @@ def test_an_open_directory_is_refused(tmp_root: Path, mode: int) -> None:
         write_static_peers(('10.0.0.1',))
     assert '\n' not in str(info.value)
     assert list(path.iterdir()) == [], 'nothing was written into it'
+
+
+@pytest.mark.parametrize('mode', [0o755, 0o750, 0o711, 0o701])
+def test_an_own_directory_only_readable_by_others_is_closed_and_used(tmp_root: Path, mode: int) -> None:
+    path = tmp_root / f'calf-{os.getuid()}'
+    path.mkdir()
+    path.chmod(mode)
+    assert write_static_peers(('10.0.0.1',)).parent == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
 
 
 def test_a_symlink_is_refused(tmp_root: Path) -> None:
