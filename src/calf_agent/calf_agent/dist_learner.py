@@ -2,7 +2,9 @@
 
 Pure (no rclpy): the learner node passes received chunks to ``receive`` and publishes what
 ``step`` returns. Each ``step`` runs one lag-corrected PPO update on the oldest waiting batch, then
-asks the sync policy which workers get the new weights. Every ``eval_every`` env steps it writes the
+asks the sync policy which workers get the new weights. At most one batch per worker waits: a newer
+one replaces it (``batches_superseded``), so that a learner slower than its workers trains on fresh
+data instead of an ever longer queue of stale batches. Every ``eval_every`` env steps it writes the
 checkpoint (``calf eval`` reads it unchanged) and evaluates it deterministically in virtual time
 under the training network (``eval.csv``). ``resume`` continues from a checkpoint's weights,
 version and step count, so workers follow a restarted learner with no manual step.
@@ -12,13 +14,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import secrets
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -50,6 +53,15 @@ from calf_core.profiles import load_profile
 PROGRESS_FIELDS = ('update', 'version', 'env_steps', 'worker', 'lag', 'vtrace', 'episodes', 'episodic_return',
                    'policy_loss', 'value_loss', 'approx_kl', 'clipfrac', 'learning_rate', 'weights_sent', 'time_s')
 SUMMARY = 'distributed.json'
+WORKER_ID = re.compile(r'^[A-Za-z_][A-Za-z0-9_]{0,63}$')
+"""A worker id is a ROS name token: weights go to ``<prefix>/<worker id>``."""
+
+
+class Outgoing(NamedTuple):
+    """A weights chunk and the worker it is for."""
+
+    target: str
+    chunk: Chunk
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,7 @@ class LearnerConfig:
     eval_every: int = 10_000  # env steps between checkpoint + evaluation
     eval_episodes: int = 10
     stop_return: float | None = None  # stop once an evaluation reaches this mean return
-    backlog: int = 16  # batches waiting for an update; older ones are dropped beyond this
+    backlog: int = 64  # batches waiting for an update (one per worker); the oldest is dropped beyond this
     chunk_bytes: int = CHUNK_BYTES
     resume: bool = False
 
@@ -98,6 +110,7 @@ class Learner:
         self.workers: dict[str, WorkerSync] = {}
         self.queue: deque[TrajectoryBatch] = deque()
         self.lags: Counter[int] = Counter()
+        self.superseded = self.superseded_steps = 0  # batches replaced by a newer one of their worker
         self.returns: list[float] = []
         self.evals: list[dict[str, float]] = []
         self.solved = False
@@ -134,6 +147,9 @@ class Learner:
             message = decode(frame)
             if isinstance(message, WeightsMessage):
                 raise MessageError('a weights message arrived on the batch topic')
+            sender = message.worker_id
+            if not WORKER_ID.match(sender) or sender != chunk.sender:
+                raise MessageError(f'worker id {sender!r} is not a name token or not the chunks\' sender')
         except MessageError as err:
             self.reassembler.refuse('corrupt', f'message {chunk.message_id} from {chunk.sender!r}: {err}')
             return
@@ -141,12 +157,17 @@ class Learner:
             self.workers.setdefault(message.worker_id, WorkerSync()).version = -1
             self.log(f'worker {message.worker_id!r} joined')
             return
+        older = next((b for b in self.queue if b.worker_id == message.worker_id), None)
+        if older is not None:  # train on each worker's freshest batch: the lag stays near the worker count
+            self.queue.remove(older)
+            self.superseded += 1
+            self.superseded_steps += older.env_steps
         if len(self.queue) >= self.cfg.backlog:
             dropped = self.queue.popleft()
             self.reassembler.refuse('backlog', f'batch {dropped.seq} of {dropped.worker_id!r}: the learner is behind')
         self.queue.append(message)
 
-    def step(self) -> list[Chunk]:
+    def step(self) -> list[Outgoing]:
         """One update on the oldest waiting batch (if any), then the weights the sync policy sends."""
         updated = bool(self.queue) and not self.done
         if updated:
@@ -181,9 +202,9 @@ class Learner:
             **{k: stats[k] for k in ('policy_loss', 'value_loss', 'approx_kl', 'clipfrac')},
             'learning_rate': lr, 'weights_sent': self.sent.messages, 'time_s': self.clock() - self._start})
 
-    def _sends(self, only_new: bool) -> list[Chunk]:
+    def _sends(self, only_new: bool) -> list[Outgoing]:
         """Weights for the workers that want them; with ``only_new`` (no update ran), for unknown ones only."""
-        out: list[Chunk] = []
+        out: list[Outgoing] = []
         for worker_id, sync in self.workers.items():
             if only_new and sync.version >= 0:
                 continue
@@ -195,7 +216,7 @@ class Learner:
                 out += self._weights_for(worker_id, sync)
         return out
 
-    def _weights_for(self, worker_id: str, sync: WorkerSync) -> list[Chunk]:
+    def _weights_for(self, worker_id: str, sync: WorkerSync) -> list[Outgoing]:
         message = WeightsMessage(self.version, self.run, worker_id, self.agent.spec(), self.cfg.env_config,
                                  self.agent.state_dict())
         self._message_id += 1
@@ -204,7 +225,7 @@ class Learner:
         with torch.no_grad():
             reference = None if sync.obs is None else self.agent.logits(sync.obs)
         sync.on_send(self.version, reference)
-        return chunks
+        return [Outgoing(worker_id, chunk) for chunk in chunks]
 
     def checkpoint(self) -> Path:
         """Write ``policy.safetensors`` + ``meta.json`` (with the version and env steps reached)."""
@@ -238,6 +259,7 @@ class Learner:
                 'workers': sorted(self.workers), 'solved': self.solved,
                 'batches_received': self.received.as_dict(), 'weights_sent': self.sent.as_dict(),
                 'refused': dict(self.reassembler.refused),
+                'batches_superseded': {'messages': self.superseded, 'env_steps': self.superseded_steps},
                 'lag_histogram': {('other_run' if k < 0 else str(k)): v for k, v in sorted(self.lags.items())},
                 'evals': self.evals}
 

@@ -205,16 +205,19 @@ def _exchange(learner: Learner, workers: list[RolloutWorker], rounds: int) -> No
         for chunk in worker.hello():
             learner.receive(chunk, 0.0)
     for _ in range(rounds):
-        for chunk in learner.step():
-            for worker in workers:
-                worker.receive(chunk, 0.0)
+        _deliver(learner, workers)
         for worker in workers:
             for chunk in worker.next_batch(16):
                 learner.receive(chunk, 0.0)
         while learner.queue:
-            for chunk in learner.step():
-                for worker in workers:
-                    worker.receive(chunk, 0.0)
+            _deliver(learner, workers)
+
+
+def _deliver(learner: Learner, workers: list[RolloutWorker]) -> None:
+    """One learner step; each weights chunk goes to the worker it is addressed to."""
+    by_id = {worker.worker_id: worker for worker in workers}
+    for out in learner.step():
+        by_id[out.target].receive(out.chunk, 0.0)
 
 
 def test_every_sends_each_worker_each_update(tmp_path):
@@ -225,7 +228,7 @@ def test_every_sends_each_worker_each_update(tmp_path):
     weights_per_message = learner.sent.bytes / learner.sent.messages
     assert learner.sent.messages == 2 + 8 * 2  # the first weights, then one per worker per update
     assert weights_per_message > 10_000  # two 64-unit MLPs in float32
-    assert all(w.version > 0 for w in workers)
+    assert all(w.version > 0 and not w.reassembler.refused for w in workers)
     assert learner.received.messages == 2 + 8 and not learner.reassembler.refused
     assert sum(learner.lags.values()) == 8 and max(learner.lags) <= 1
 
@@ -271,4 +274,16 @@ def test_learner_resumes_from_its_checkpoint(tmp_path):
         again.receive(chunk, 0.0)
     sends = again.step()
     assert again.lags[-1] == 1 and sends
-    assert any(worker.receive(chunk, 0.0) for chunk in sends) and worker.learner_run == again.run
+    assert {out.target for out in sends} == {'w0'}
+    assert any(worker.receive(out.chunk, 0.0) for out in sends) and worker.learner_run == again.run
+
+
+def test_a_newer_batch_of_a_worker_replaces_its_waiting_one(tmp_path):
+    learner = _learner(tmp_path, 'every')
+    worker = RolloutWorker('w0', 2, seed=0)
+    _exchange(learner, [worker], rounds=1)
+    for _ in range(3):
+        for chunk in worker.next_batch(16):
+            learner.receive(chunk, 0.0)
+    assert [b.seq for b in learner.queue] == [4] and learner.superseded == 2
+    assert learner.summary()['batches_superseded'] == {'messages': 2, 'env_steps': 64}
