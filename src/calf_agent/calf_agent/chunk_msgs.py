@@ -1,6 +1,8 @@
 """Distributed training at the ROS edge: its topics, and ``Chunk`` <-> ``calf_msgs/ByteChunk``."""
 from __future__ import annotations
 
+from rclpy.subscription import Subscription
+
 from calf_agent.dist_wire import Chunk
 from calf_msgs.msg import ByteChunk
 
@@ -22,3 +24,16 @@ def msg_to_chunk(msg: ByteChunk) -> Chunk:
     """The chunk a ``ByteChunk`` carries (its bytes copied out of the message)."""
     return Chunk(int(msg.kind), msg.sender, int(msg.message_id), int(msg.index), int(msg.count),
                  int(msg.total_bytes), bytes(msg.data))
+
+
+def drain(subscription: Subscription) -> list[ByteChunk]:
+    """Every chunk waiting in ``subscription``'s reader queue, taken now.
+
+    A single-threaded executor hands a subscription one message per wait: a node whose timer runs
+    a long step (an update, a batch) would read one chunk per step and fall ever further behind.
+    """
+    taken = []
+    with subscription.handle:
+        while (info := subscription.handle.take_message(subscription.msg_type, subscription.raw)) is not None:
+            taken.append(info[0])
+    return taken

@@ -17,7 +17,7 @@ from typing import Any
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, msg_to_chunk
+from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
 from calf_agent.dist_learner import Learner, LearnerConfig
 from calf_agent.dist_ppo import LagConfig
 from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
@@ -88,7 +88,7 @@ class LearnerNode(Node):
         self.weights_prefix = p['weights_prefix'].rstrip('/')
         self._weights_out: dict[str, Publisher] = {}
         self._seq = 0
-        self.create_subscription(ByteChunk, p['batch_topic'], self._on_chunk, BATCHES)
+        self._batches = self.create_subscription(ByteChunk, p['batch_topic'], self._on_chunk, BATCHES)
         self.create_timer(p['step_period_s'], self._step)
         self.get_logger().info(f'learner run {self.learner.run}: sync {self.learner.cfg.sync}, '
                                f'{self.learner.cfg.total_steps} env steps, batches on {p["batch_topic"]}')
@@ -97,6 +97,8 @@ class LearnerNode(Node):
         self.learner.receive(msg_to_chunk(msg), time.monotonic())
 
     def _step(self) -> None:
+        for msg in drain(self._batches):  # everything that arrived during the last update
+            self._on_chunk(msg)
         for out in self.learner.step():
             self._seq += 1
             self._publisher(out.target).publish(chunk_to_msg(out.chunk, self._seq, self.get_clock().now().nanoseconds))

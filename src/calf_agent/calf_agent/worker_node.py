@@ -17,7 +17,7 @@ from typing import Any
 
 from rclpy.node import Node
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, msg_to_chunk
+from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
 from calf_agent.dist_learner import WORKER_ID
 from calf_agent.dist_wire import Chunk
 from calf_agent.dist_worker import RolloutWorker
@@ -61,7 +61,7 @@ class WorkerNode(Node):
         self._seq = 0
         self._batches = self.create_publisher(ByteChunk, p['batch_topic'], BATCHES)
         weights_topic = f'{p["weights_prefix"].rstrip("/")}/{worker_id}'
-        self.create_subscription(ByteChunk, weights_topic, self._on_chunk, WEIGHTS)
+        self._weights = self.create_subscription(ByteChunk, weights_topic, self._on_chunk, WEIGHTS)
         self.create_timer(p['collect_period_s'], self._tick)
         self.get_logger().info(f'worker {worker_id}: {p["envs"]} envs, batches to {p["batch_topic"]}, '
                                f'weights from {weights_topic}')
@@ -70,6 +70,8 @@ class WorkerNode(Node):
         self.worker.receive(msg_to_chunk(msg), time.monotonic())
 
     def _tick(self) -> None:
+        for msg in drain(self._weights):  # the newest weights before each batch, not one chunk per batch
+            self._on_chunk(msg)
         if not self.worker.ready:
             now = time.monotonic()
             if now - self._last_hello >= self.hello_period_s:
