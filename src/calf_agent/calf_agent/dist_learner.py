@@ -201,6 +201,7 @@ class Learner:
             'episodic_return': float(np.mean(window)) if window else math.nan,
             **{k: stats[k] for k in ('policy_loss', 'value_loss', 'approx_kl', 'clipfrac')},
             'learning_rate': lr, 'weights_sent': self.sent.messages, 'time_s': self.clock() - self._start})
+        self._progress.flush()  # a row per update, readable while the run goes on
 
     def _sends(self, only_new: bool) -> list[Outgoing]:
         """Weights for the workers that want them; with ``only_new`` (no update ran), for unknown ones only."""
