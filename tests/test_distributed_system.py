@@ -137,3 +137,16 @@ def _weights() -> WeightsMessage:
     config = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
               'representation': {'frames': 1, 'actions': 0, 'obs_age': False}, 'plan_horizon': 1, 'num_steps': 8}
     return WeightsMessage(0, 1, 'intruder', agent.spec(), config, agent.state_dict())
+
+
+@pytest.mark.slow
+def test_training_across_a_degraded_learner_link(tmp_path):
+    out = tmp_path / 'run'
+    specs = training_graph(_params(out, 4096), workers=1, envs=4, seed=0, learner_network='wifi_degraded', out_dir=out)
+    assert specs[0].executable == 'generic_shim_node'
+    with Graph(specs, output=None) as graph:
+        assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
+        assert graph.returncode('learner_shim') is None  # the shim ran the whole time
+    summary = json.loads((out / 'distributed.json').read_text())
+    assert summary['env_steps'] >= 4096 and summary['workers'] == ['w0']
+    assert summary['weights_sent']['messages'] >= 1 and (out / 'policy.safetensors').is_file()
