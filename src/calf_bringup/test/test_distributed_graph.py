@@ -12,6 +12,7 @@ from calf_bringup.distributed import (
     training_graph,
     worker_graph,
 )
+from calf_core.errors import ConfigError
 from calf_shim.topic_relay_config import load_relay_config
 
 
@@ -39,7 +40,13 @@ def test_learner_network_routes_every_topic_through_the_shim(tmp_path):
     assert yaml.safe_load((tmp_path / RELAY_CONFIG).read_text())[0]['type'] == 'calf_msgs/msg/ByteChunk'
 
 
-def test_a_remote_worker_finds_the_learner_by_static_peers():
+def test_no_workers_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match='--workers must be >= 1'):
+        training_graph({}, workers=0, envs=4, seed=0, learner_network=None, out_dir=tmp_path)
+
+
+def test_a_remote_worker_finds_the_learner_by_static_peers(tmp_path, monkeypatch):
+    monkeypatch.setenv('XDG_RUNTIME_DIR', str(tmp_path))  # where the static-peers profile is written
     (spec,) = worker_graph('192.168.1.10', None, 'pi_1', 8, 3)
     assert spec.parameters == {'envs': 8, 'seed': 3, 'worker_id': 'pi_1'}
     assert spec.additional_env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
@@ -50,7 +57,6 @@ def test_a_remote_worker_finds_the_learner_by_static_peers():
     (['train', '--workers', '2', '--sync', 'aps:0', '--out', 'x'], '--sync must be'),
     (['train', '--sync', 'period:4', '--out', 'x'], 'need --workers'),
     (['train', '--workers', '2', '--plan-horizon', '4', '--out', 'x'], 'single-action'),
-    (['train', '--workers', '0', '--out', 'x'], '--workers must be >= 1'),
     (['train', '--workers', '2', '--learner-network', 'no_such_profile', '--out', 'x'], 'no_such_profile'),
     (['worker', '--learner', 'localhost', '--id', 'bad id'], '--id must be a name token'),
     (['worker', '--learner', 'not-an-ip'], 'not an IPv4 address'),
