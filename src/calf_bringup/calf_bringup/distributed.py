@@ -8,6 +8,7 @@ to the topics the other side listens on. The relay config is written into the ru
 """
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -73,10 +74,22 @@ def training_graph(learner_params: dict[str, Any], workers: int, envs: int, seed
 
 
 def run_training(specs: list[NodeSpec], domain_id: int | None = None, output: TextIO = sys.stdout) -> int:
-    """Run until the learner exits (a worker that dies does not stop it); the learner's exit code."""
-    with Graph(specs, domain_id, output) as graph:
-        code = graph.wait_for_exit('learner')
+    """Run until the learner exits (a worker that dies does not stop it); the learner's exit code.
+
+    Ctrl-C and SIGTERM stop every process, then raise KeyboardInterrupt (as ``run_graph``).
+    """
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with Graph(specs, domain_id, output) as graph:
+            code = graph.wait_for_exit('learner')
+            graph.say_why('learner')
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return int(code or 0)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def worker_graph(learner: str, discovery: str | None, worker_id: str, envs: int, seed: int) -> list[NodeSpec]:
