@@ -30,12 +30,18 @@ def run_row(run: Path) -> dict | None:
     eval_json = run.parent / f'{run.name}.eval.json'
     final = json.loads(eval_json.read_text())['mean_return'] if eval_json.is_file() and eval_json.stat().st_size else None
     lags = [int(k) for k, n in summary['lag_histogram'].items() if k != 'other_run' for _ in range(n)]
+    updates = list(csv.DictReader((run / 'progress.csv').open())) if (run / 'progress.csv').is_file() else []
+    steady = None
+    if len(updates) > 2:  # from the first update on: without process start-up and discovery
+        first, last = updates[0], updates[-1]
+        steady = (int(last['env_steps']) - int(first['env_steps'])) / (float(last['time_s']) - float(first['time_s']))
     load = (run.parent / f'{run.name}.uptime')
     return {'run': run.name, 'sync': summary['sync'], 'time_to_475_s': float(hit['time_s']) if hit else None,
             'steps_to_475': int(hit['env_steps']) if hit else None, 'final_return': final,
             'weights_bytes': summary['weights_sent']['bytes'], 'weights_messages': summary['weights_sent']['messages'],
             'updates': summary['updates'], 'env_steps': summary['env_steps'], 'wall_time_s': summary['wall_time_s'],
-            'superseded_steps': summary['batches_superseded']['env_steps'],
+            'superseded_steps': summary['batches_superseded']['env_steps'], 'steady_sps': steady,
+            'first_update_s': float(updates[0]['time_s']) if updates else None,
             'lag_p50': float(np.percentile(lags, 50)) if lags else None,
             'lag_p90': float(np.percentile(lags, 90)) if lags else None, 'lag_max': max(lags) if lags else None,
             'load': load.read_text().split('load average:')[-1].split(',')[0].strip() if load.is_file() else '?'}
@@ -47,6 +53,8 @@ def fmt(value: object, spec: str = '') -> str:
 
 def main(root: Path) -> None:
     rows = [row for run in sorted(root.iterdir()) if run.is_dir() and (row := run_row(run))]
+    scale = [r for r in rows if r['run'].startswith('scale_w')]
+    rows = [r for r in rows if r not in scale]
     groups: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         groups[re.sub(r'_s\d+$', '', row['run'])].append(row)
@@ -70,13 +78,14 @@ def main(root: Path) -> None:
         print(f'| {name} | {len(group)} | {len(hits)} | {mean([r["time_to_475_s"] for r in hits])} '
               f'| {mean([r["steps_to_475"] for r in hits])} | {mean(finals)} '
               f'| {mean([r["weights_bytes"] for r in group])} |')
-    scale = [r for r in rows if r['run'].startswith('scale_w')]
     if scale:
         print('\nScaling (30,000 env steps, sync every; consumed = trained on, collected = consumed + superseded):\n')
-        print('| workers | wall time (s) | consumed env steps/s | collected env steps/s |')
-        print('|---|---|---|---|')
+        print('| workers | wall time (s) | first update at (s) | consumed env steps/s | consumed from the first '
+              'update on | collected env steps/s |')
+        print('|---|---|---|---|---|---|')
         for r in scale:
-            print(f'| {r["run"].split("_")[1][1:]} | {r["wall_time_s"]:.0f} | {r["env_steps"] / r["wall_time_s"]:.0f} '
+            print(f'| {r["run"].split("_")[1][1:]} | {r["wall_time_s"]:.0f} | {fmt(r["first_update_s"], ".1f")} '
+                  f'| {r["env_steps"] / r["wall_time_s"]:.0f} | {fmt(r["steady_sps"], ".0f")} '
                   f'| {(r["env_steps"] + r["superseded_steps"]) / r["wall_time_s"]:.0f} |')
     for log in sorted(root.glob('scale_single_s*.log')):
         done = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{')]
