@@ -20,7 +20,7 @@ train() {  # NAME ARGS...: one run, skipped when it already finished
 }
 solve=(--workers 4 --steps 150000 --eval-every 10000 --stop-return 475)
 for seed in $seeds; do
-  for sync in every period:4 aps:0.05; do
+  for sync in every period:4 aps:0.05 aps:0.2; do
     train "sync_${sync/:/_}_s$seed" "${solve[@]}" --sync "$sync" --seed "$seed"
   done
   if [ "$seed" = "${seeds%% *}" ]; then
