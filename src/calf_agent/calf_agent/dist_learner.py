@@ -89,7 +89,8 @@ class Learner:
     """Receives chunks, updates the policy, decides and encodes weight messages."""
 
     def __init__(self, cfg: LearnerConfig, log: Callable[[str], None] = print,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, warn: Callable[[str], None] | None = None) -> None:
+        """``log`` gets progress lines, ``warn`` (default: ``log``) one line per refused message."""
         self.cfg, self.log, self.clock = cfg, log, clock
         self.rng = seed_everything(cfg.seed)
         self.run = secrets.randbits(31)
@@ -105,7 +106,7 @@ class Learner:
         if cfg.resume and (Path(cfg.out_dir) / 'meta.json').is_file():
             self._resume()
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
-        self.reassembler = Reassembler(log=log)
+        self.reassembler = Reassembler(log=warn or log)
         self.received, self.sent = Traffic(), Traffic()
         self.workers: dict[str, WorkerSync] = {}
         self.queue: deque[TrajectoryBatch] = deque()

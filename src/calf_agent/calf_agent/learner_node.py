@@ -84,7 +84,8 @@ class LearnerNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('learner', **kwargs)
         p = declare_parameters(self, PARAMETERS)
-        self.learner = Learner(learner_config(p), log=self.get_logger().info, clock=time.monotonic)
+        self.learner = Learner(learner_config(p), log=self.get_logger().info, clock=time.monotonic,
+                               warn=self.get_logger().warning)
         self.weights_prefix = p['weights_prefix'].rstrip('/')
         self._weights_out: dict[str, Publisher] = {}
         self._seq = 0
