@@ -98,6 +98,7 @@ def test_workers_follow_a_learner_restarted_from_its_checkpoint(tmp_path):
     assert summary['lag_histogram'].get('other_run', 0) >= 1  # its first batch was collected under the old run
 
 
+@pytest.mark.slow
 def test_a_corrupt_batch_is_refused_with_one_line_and_counted(tmp_path):
     out = tmp_path / 'run'
     (learner,) = [spec for spec in training_graph(_params(out, 10**6), 1, 4, 0, None, out)
