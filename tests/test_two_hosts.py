@@ -350,6 +350,34 @@ def test_edge_keeps_ticking_while_the_desktop_restarts(link: Link) -> None:
     assert resumed['actions_applied'] > 0 and link.edge.running()
 
 
+def test_a_worker_in_one_namespace_trains_the_learner_in_the_other(hosts: Hosts, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distributed training across the veth: the learner node in the desktop namespace, ``calf worker``
+    joining it from the edge namespace by static peers."""
+    from ament_index_python.packages import get_package_prefix
+
+    monkeypatch.setenv('XDG_RUNTIME_DIR', str(tmp_path))  # both sides write their peers profile here
+
+    out = tmp_path / 'run'
+    exe = Path(get_package_prefix('calf_agent')) / 'lib' / 'calf_agent' / 'learner_node'
+    params = {'out': str(out), 'network': 'sim_clean', 'regime': 'baseline', 'steps': 4096, 'eval_every': 4096,
+              'eval_episodes': 3}
+    argv = [str(exe), '--ros-args', '-r', f'__ns:={NAMESPACE}', *(a for k, v in params.items() for a in ('-p', f'{k}:={v}'))]
+    learner = Side(hosts.desktop_ns, argv, tmp_path / 'learner.log', discovery_env(hosts.discovery))
+    worker = Side(hosts.edge_ns, [sys.executable, '-m', 'calf_bringup.cli', 'worker', '--learner', hosts.desktop_ip,
+                                  '--discovery', hosts.discovery, '--id', 'edge_1', '--envs', '4'],
+                  tmp_path / 'worker.log')
+    try:
+        assert learner.process.wait(240) == 0, learner.tail() + worker.tail()
+        assert worker.running(), worker.tail()
+    finally:
+        worker.stop()
+        learner.stop()
+    summary = json.loads((out / 'distributed.json').read_text())
+    assert summary['workers'] == ['edge_1'] and summary['env_steps'] >= 4096
+    assert summary['weights_sent']['bytes'] > 0 and not summary['refused']
+
+
 def listen() -> None:
     """Print every EpisodeResult on RESULT_TOPIC as a JSON line, until SIGTERM or SIGINT."""
     import rclpy

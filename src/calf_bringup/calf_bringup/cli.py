@@ -14,11 +14,13 @@ from calf_bringup import (
     cmd_trace,
     cmd_train,
     cmd_train_hierarchy,
+    cmd_worker,
 )
 from calf_bringup.cli_args import CalfParser
 from calf_core.errors import CalfError
 
-COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace)
+COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace,
+            cmd_worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

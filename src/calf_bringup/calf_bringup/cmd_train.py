@@ -6,13 +6,19 @@ import json
 from pathlib import Path
 
 from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_HORIZON
+from calf_agent.dist_learner import SUMMARY
+from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_policy
 from calf_agent.representation import Representation
+from calf_agent.trainer import cartpole_defaults
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
+from calf_bringup.distributed import run_training, training_graph
 from calf_core.envs import add_env_arguments, env_spec, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
+
+MAX_WORKERS = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +44,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'the network sets the rollout lead); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
                         help='model planner: ticks before a plan can arrive (default: the network\'s p95 E2E)')
+    dist = parser.add_argument_group('distributed training (a learner and rollout workers over DDS)')
+    dist.add_argument('--workers', type=count(1, MAX_WORKERS), metavar='N',
+                      help='start a learner node and N local rollout worker processes (each runs --envs envs)')
+    dist.add_argument('--sync', default='every', metavar='every|period:K|aps:DELTA',
+                      help='when a worker gets new weights: after every update, every K updates, or when its policy '
+                           'has drifted more than DELTA (mean KL); default every')
+    dist.add_argument('--lag-cap', type=count(1, MAX_STEPS), default=DEFAULT_LAG_CAP,
+                      help=f'a worker lagging more versions gets weights under any --sync (default {DEFAULT_LAG_CAP})')
+    dist.add_argument('--learner-network', metavar='PROFILE',
+                      help='route every learner<->worker topic through the generic shim with this profile')
+    dist.add_argument('--eval-every', type=count(1, MAX_STEPS), default=10_000,
+                      help='env steps between checkpoint + deterministic evaluation (eval.csv; default 10000)')
+    dist.add_argument('--stop-return', type=float, default=0.0,
+                      help='stop once an evaluation reaches this mean return (default 0: the whole budget)')
+    dist.add_argument('--resume', action='store_true', help='continue from the checkpoint in --out')
+    dist.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID of the processes (default: inherited)')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
@@ -46,6 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
+    if args.workers is not None:
+        return _train_distributed(args, network)
+    if args.learner_network or args.resume or args.sync != 'every':
+        raise ConfigError('--sync, --learner-network and --resume need --workers N')
     if args.planner == 'model':
         return _train_model_planner(args, network)
     rep = None
@@ -77,3 +103,26 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     print(json.dumps({'out': str(args.out), 'base_mean_return': base.mean_return, 'lead': meta['planner']['lead'],
                       'dynamics': meta['planner']['dynamics']}))
     return 0
+
+
+def _train_distributed(args: argparse.Namespace, network: str) -> int:
+    """A learner node plus ``--workers`` worker processes; the checkpoint is the same as ``calf train``'s."""
+    if args.plan_horizon != 1 or args.planner != 'ppo' or args.obs_age or env_spec(args.env).name != 'cartpole':
+        raise ConfigError('--workers trains single-action MLP policies (CartPole) without --obs-age: '
+                          'drop --plan-horizon/--planner/--obs-age, or train without --workers')
+    parse_sync(args.sync, args.lag_cap)
+    params = {'out': str(args.out.resolve()), 'env': args.env, 'network': network, 'regime': args.regime,
+              'frames': args.frames or 0, 'action_history': -1 if args.action_history is None else args.action_history,
+              'steps': args.steps or cartpole_defaults().total_steps, 'seed': args.seed, 'sync': args.sync,
+              'lag_cap': args.lag_cap, 'eval_every': args.eval_every, 'stop_return': float(args.stop_return),
+              'resume': args.resume}
+    specs = training_graph(params, args.workers, args.envs or cartpole_defaults().num_envs, args.seed,
+                           args.learner_network, args.out)
+    code = run_training(specs, args.domain_id)
+    summary = args.out / SUMMARY
+    if code == 0 and summary.is_file():
+        done = json.loads(summary.read_text())
+        print(json.dumps({'out': str(args.out), 'steps': done['env_steps'], 'updates': done['updates'],
+                          'wall_time_s': done['wall_time_s'], 'weights_bytes': done['weights_sent']['bytes'],
+                          'evals': done['evals'][-1:]}))
+    return code

@@ -80,3 +80,16 @@ def mirror_qos(offered: Sequence[tuple[str, str]], depth: int = 10) -> QosConfig
     reliable = all(reliability == 'reliable' for reliability, _ in offered)
     durable = all(durability == 'transient_local' for _, durability in offered)
     return QosConfig('reliable' if reliable else 'best_effort', 'transient_local' if durable else 'volatile', depth)
+
+WEIGHTS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=64, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
+"""Weights chunks: reliable, so that a chunk lost on the way is resent and a message completes; transient
+local, so that a worker whose subscription matches after the send still gets the newest weights; the last
+64 chunks (1 MiB at the default chunk size, several CartPole weight messages), so that a stalled link never
+queues more than that and a newer message replaces an older one."""
+
+BATCHES = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=64, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.VOLATILE)
+"""Trajectory batch chunks: reliable, since one lost chunk wastes the whole batch; volatile, since a batch
+is worth nothing to a learner that was not there when it was collected; keep-last 64, so that a slow or
+dead learner never blocks a worker or grows its memory: the oldest unacknowledged chunks are overwritten."""

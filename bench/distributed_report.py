@@ -1,0 +1,98 @@
+"""Tables of results/distributed.md from the run directories of bench/run_distributed.sh.
+
+    python bench/distributed_report.py RUNS_DIR
+
+Per run: time and env steps to the first deterministic evaluation >= 475 (the learner's eval.csv,
+10 episodes; evaluation time included), the final checkpoint's mean return over 20 deterministic
+episodes (calf eval), weight bytes and messages sent, and the version lag of the batches trained on.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+TARGET = 475.0
+
+
+def run_row(run: Path) -> dict | None:
+    summary_path = run / 'distributed.json'
+    if not summary_path.is_file():
+        return None
+    summary = json.loads(summary_path.read_text())
+    evals = list(csv.DictReader((run / 'eval.csv').open())) if (run / 'eval.csv').is_file() else []
+    hit = next((row for row in evals if float(row['mean_return']) >= TARGET), None)
+    eval_json = run.parent / f'{run.name}.eval.json'
+    final = json.loads(eval_json.read_text())['mean_return'] if eval_json.is_file() and eval_json.stat().st_size else None
+    lags = [int(k) for k, n in summary['lag_histogram'].items() if k != 'other_run' for _ in range(n)]
+    updates = list(csv.DictReader((run / 'progress.csv').open())) if (run / 'progress.csv').is_file() else []
+    steady = None
+    if len(updates) > 2:  # from the first update on: without process start-up and discovery
+        first, last = updates[0], updates[-1]
+        steady = (int(last['env_steps']) - int(first['env_steps'])) / (float(last['time_s']) - float(first['time_s']))
+    load = (run.parent / f'{run.name}.uptime')
+    return {'run': run.name, 'sync': summary['sync'], 'time_to_475_s': float(hit['time_s']) if hit else None,
+            'steps_to_475': int(hit['env_steps']) if hit else None, 'final_return': final,
+            'weights_bytes': summary['weights_sent']['bytes'], 'weights_messages': summary['weights_sent']['messages'],
+            'updates': summary['updates'], 'env_steps': summary['env_steps'], 'wall_time_s': summary['wall_time_s'],
+            'superseded_steps': summary['batches_superseded']['env_steps'], 'steady_sps': steady,
+            'first_update_s': float(updates[0]['time_s']) if updates else None,
+            'lag_p50': float(np.percentile(lags, 50)) if lags else None,
+            'lag_p90': float(np.percentile(lags, 90)) if lags else None, 'lag_max': max(lags) if lags else None,
+            'load': load.read_text().split('load average:')[-1].split(',')[0].strip() if load.is_file() else '?'}
+
+
+def fmt(value: object, spec: str = '') -> str:
+    return '-' if value is None else format(value, spec)
+
+
+def main(root: Path) -> None:
+    rows = [row for run in sorted(root.iterdir()) if run.is_dir() and (row := run_row(run))]
+    scale = [r for r in rows if r['run'].startswith('scale_w')]
+    rows = [r for r in rows if r not in scale]
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[re.sub(r'_s\d+$', '', row['run'])].append(row)
+    print('| run | sync | time to 475 (s) | env steps to 475 | final return (20 ep) | weight bytes | weight msgs '
+          '| updates | lag p50 / p90 / max | load at start |')
+    print('|---|---|---|---|---|---|---|---|---|---|')
+    for row in rows:
+        print(f'| {row["run"]} | {row["sync"]} | {fmt(row["time_to_475_s"], ".0f")} | {fmt(row["steps_to_475"])} '
+              f'| {fmt(row["final_return"], ".1f")} | {row["weights_bytes"]:,} | {row["weights_messages"]} '
+              f'| {row["updates"]} | {fmt(row["lag_p50"], ".0f")} / {fmt(row["lag_p90"], ".0f")} / '
+              f'{fmt(row["lag_max"])} | {row["load"]} |')
+    print('\nMeans over seeds (runs that reached 475 for the time and steps):\n')
+    print('| group | runs | reached 475 | time to 475 (s) | env steps to 475 | final return | weight bytes |')
+    print('|---|---|---|---|---|---|---|')
+    for name, group in groups.items():
+        hits = [r for r in group if r['time_to_475_s'] is not None]
+        finals = [r['final_return'] for r in group if r['final_return'] is not None]
+
+        def mean(values: list) -> str:
+            return f'{np.mean(values):,.0f}' if values else '-'
+        print(f'| {name} | {len(group)} | {len(hits)} | {mean([r["time_to_475_s"] for r in hits])} '
+              f'| {mean([r["steps_to_475"] for r in hits])} | {mean(finals)} '
+              f'| {mean([r["weights_bytes"] for r in group])} |')
+    if scale:
+        print('\nScaling (30,000 env steps, sync every; consumed = trained on, collected = consumed + superseded):\n')
+        print('| workers | wall time (s) | first update at (s) | consumed env steps/s | consumed from the first '
+              'update on | collected env steps/s |')
+        print('|---|---|---|---|---|---|')
+        for r in scale:
+            print(f'| {r["run"].split("_")[1][1:]} | {r["wall_time_s"]:.0f} | {fmt(r["first_update_s"], ".1f")} '
+                  f'| {r["env_steps"] / r["wall_time_s"]:.0f} | {fmt(r["steady_sps"], ".0f")} '
+                  f'| {(r["env_steps"] + r["superseded_steps"]) / r["wall_time_s"]:.0f} |')
+    for log in sorted(root.glob('scale_single_s*.log')):
+        done = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{')]
+        if done:
+            print(f'\nSingle-process `calf train` ({log.stem}): {done[-1]["steps"]} env steps in '
+                  f'{done[-1]["wall_time_s"]} s = {done[-1]["steps"] / done[-1]["wall_time_s"]:.0f} env steps/s.')
+
+
+if __name__ == '__main__':
+    main(Path(sys.argv[1]))

@@ -1,0 +1,101 @@
+"""When the learner sends a worker new weights: ``every`` update, every ``period:K`` updates, or
+``aps:δ`` (adaptive policy synchronisation: when the worker's policy has drifted more than δ).
+
+APS drift is exact: the mean KL divergence KL(μ ‖ π) over the observations of the worker's last
+batch, between the behaviour distribution μ logged in that batch (or, once newer weights have been
+sent, the sent policy's distribution on the same observations) and the learner's current π.
+Under every policy a worker whose version lags more than ``lag_cap`` updates is sent weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from torch import Tensor
+
+from calf_core.errors import ConfigError
+
+SYNC_KINDS = ('every', 'period', 'aps')
+DEFAULT_LAG_CAP = 32
+LOST_AFTER_BATCHES = 3
+"""Batches still at an older version after a send before the send counts as lost."""
+
+
+class SyncPolicy(NamedTuple):
+    """A parsed ``--sync`` value."""
+
+    kind: str
+    period: int = 1
+    delta: float = 0.0
+    lag_cap: int = DEFAULT_LAG_CAP
+
+    def __str__(self) -> str:
+        return {'every': 'every', 'period': f'period:{self.period}', 'aps': f'aps:{self.delta:g}'}[self.kind]
+
+
+def parse_sync(text: str, lag_cap: int = DEFAULT_LAG_CAP) -> SyncPolicy:
+    """``every``, ``period:K`` (K >= 1) or ``aps:δ`` (δ > 0); ConfigError names a bad value."""
+    kind, _, arg = text.strip().partition(':')
+    if lag_cap < 1:
+        raise ConfigError(f'the version lag cap must be >= 1, got {lag_cap}')
+    try:
+        if kind == 'every' and not arg:
+            return SyncPolicy('every', lag_cap=lag_cap)
+        if kind == 'period' and int(arg) >= 1:
+            return SyncPolicy('period', period=int(arg), lag_cap=lag_cap)
+        if kind == 'aps' and float(arg) > 0:
+            return SyncPolicy('aps', delta=float(arg), lag_cap=lag_cap)
+    except ValueError:
+        pass
+    raise ConfigError(f'--sync must be every, period:K (K >= 1) or aps:DELTA (DELTA > 0, e.g. aps:0.02), got {text!r}')
+
+
+def mean_kl(reference_logits: Tensor, logits: Tensor, heads: int) -> float:
+    """Mean over rows of KL(reference ‖ current), summed over ``heads`` categorical heads.
+
+    Both are ``[B, heads * n]`` (log-)logits; each head is log-softmaxed here.
+    """
+    ref = reference_logits.view(reference_logits.shape[0], heads, -1).log_softmax(-1)
+    cur = logits.view(logits.shape[0], heads, -1).log_softmax(-1)
+    return float((ref.exp() * (ref - cur)).sum((-1, -2)).mean())
+
+
+@dataclass
+class WorkerSync:
+    """What the learner knows about one worker's policy copy."""
+
+    version: int = -1  # -1: unknown, the worker gets weights at once
+    sent_version: int = -1
+    batches_since_send: int = 0
+    obs: Tensor | None = None  # [B, D] observations of its last batch
+    reference_logits: Tensor | None = None  # [B, H * n] the worker's policy on ``obs``
+
+    def on_batch(self, version: int, obs: Tensor, behaviour_logits: Tensor) -> None:
+        """A batch collected with ``version`` arrived: its logged distribution is the new reference."""
+        self.batches_since_send += 1
+        if version >= self.sent_version or self.batches_since_send >= LOST_AFTER_BATCHES:
+            self.version, self.obs, self.reference_logits = version, obs, behaviour_logits
+            if version < self.sent_version:
+                self.sent_version = version  # the send was lost: its version never arrived
+
+    def on_send(self, version: int, logits_on_obs: Tensor | None) -> None:
+        """Weights ``version`` were sent; ``logits_on_obs`` is that policy on the last batch's observations."""
+        self.version = self.sent_version = version
+        self.batches_since_send = 0
+        self.reference_logits = logits_on_obs
+
+    def lag(self, learner_version: int) -> int:
+        return learner_version - self.version if self.version >= 0 else learner_version + 1
+
+    def wants(self, policy: SyncPolicy, learner_version: int, drift: float | None) -> bool:
+        """Whether ``policy`` sends this worker the learner's ``learner_version`` now."""
+        lag = self.lag(learner_version)
+        if self.version < 0 or lag > policy.lag_cap:
+            return True
+        if lag <= 0:
+            return False
+        if policy.kind == 'every':
+            return True
+        if policy.kind == 'period':
+            return lag >= policy.period
+        return drift is not None and drift > policy.delta

@@ -1,0 +1,304 @@
+"""Distributed training's messages as bytes: trajectory batches up, weights down, never pickle.
+
+A frame is ``MAGIC | format u8 | kind u8 | header_len u32 | payload_len u64 | header | payload |
+sha256``: the header is JSON, the payload a safetensors blob, the digest covers everything before
+it. ``split`` cuts a frame into chunks of at most ``chunk_bytes``; ``Reassembler`` joins them and
+refuses (one log line, one counter per reason) chunks that are malformed or would exceed
+``max_bytes``, and messages left incomplete. ``decode`` refuses a frame that is truncated,
+oversized, fails its checksum, or holds tensors of the wrong names, shapes or types.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from calf_core.errors import MessageError
+
+MAGIC = b'CALF'
+FORMAT = 1
+_PREFIX = struct.Struct('<4sBBIQ')
+_DIGEST = 32
+MAX_BYTES = 64 * 1024 * 1024
+"""Largest frame a receiver accepts by default (64 MiB)."""
+CHUNK_BYTES = 16 * 1024
+"""Default chunk size: small enough that one lost datagram costs little on a lossy link."""
+
+
+class Kind(IntEnum):
+    """What a frame carries (the same numbers as ``calf_msgs/ByteChunk``'s KIND_*)."""
+
+    BATCH = 0
+    WEIGHTS = 1
+    HELLO = 2
+
+
+@dataclass
+class TrajectoryBatch:
+    """``T`` steps of ``N`` envs collected by one worker with policy ``version``.
+
+    ``dones[t]`` flags ``obs[t]`` as the first of an episode (CleanRL's convention);
+    ``behaviour_logits`` are the behaviour policy's per-head log-probabilities of every action,
+    ``[T, N, H * n_actions]``. ``final_index`` ``[K, 2]`` lists the ``(t, n)`` steps whose episode
+    was truncated, and ``final_obs`` ``[K, D]`` their last observation, for bootstrapping.
+    """
+
+    worker_id: str
+    seq: int
+    version: int
+    learner_run: int
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    behaviour_logits: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    next_obs: torch.Tensor
+    next_done: torch.Tensor
+    final_index: torch.Tensor
+    final_obs: torch.Tensor
+    episode_returns: list[float] = field(default_factory=list)
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.rewards.numel())
+
+
+_BATCH_TENSORS = {'obs': torch.float32, 'actions': torch.int64, 'logprobs': torch.float32,
+                  'behaviour_logits': torch.float32, 'rewards': torch.float32, 'dones': torch.float32,
+                  'terminated': torch.bool, 'truncated': torch.bool, 'next_obs': torch.float32,
+                  'next_done': torch.float32, 'final_index': torch.int64, 'final_obs': torch.float32}
+
+
+@dataclass
+class WeightsMessage:
+    """The learner's policy at ``version``: its state dict, its ``spec()`` and the workers' env settings."""
+
+    version: int
+    learner_run: int
+    target: str  # the worker it is addressed to
+    agent_spec: dict[str, Any]
+    env_config: dict[str, Any]
+    state: dict[str, torch.Tensor]
+
+
+@dataclass
+class Hello:
+    """A worker announcing itself: the learner answers with weights."""
+
+    worker_id: str
+
+
+def encode(message: TrajectoryBatch | WeightsMessage | Hello) -> bytes:
+    """One frame holding ``message``."""
+    if isinstance(message, TrajectoryBatch):
+        header = {'worker_id': message.worker_id, 'seq': message.seq, 'version': message.version,
+                  'learner_run': message.learner_run, 'episode_returns': message.episode_returns}
+        tensors = {name: getattr(message, name).contiguous() for name in _BATCH_TENSORS}
+        return _frame(Kind.BATCH, header, tensors)
+    if isinstance(message, WeightsMessage):
+        header = {'version': message.version, 'learner_run': message.learner_run, 'target': message.target,
+                  'agent_spec': message.agent_spec, 'env_config': message.env_config}
+        return _frame(Kind.WEIGHTS, header, {k: v.detach().contiguous() for k, v in message.state.items()})
+    return _frame(Kind.HELLO, {'worker_id': message.worker_id}, {})
+
+
+def _frame(kind: Kind, header: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> bytes:
+    head = json.dumps(header, sort_keys=True).encode()
+    payload = st_save(dict(tensors)) if tensors else b''
+    body = _PREFIX.pack(MAGIC, FORMAT, int(kind), len(head), len(payload)) + head + payload
+    return body + hashlib.sha256(body).digest()
+
+
+def decode(frame: bytes, max_bytes: int = MAX_BYTES) -> TrajectoryBatch | WeightsMessage | Hello:
+    """The message in ``frame``; MessageError (one line) if it is malformed in any way."""
+    if len(frame) > max_bytes:
+        raise MessageError(f'frame of {len(frame)} bytes exceeds the limit of {max_bytes}')
+    if len(frame) < _PREFIX.size + _DIGEST:
+        raise MessageError(f'truncated frame: {len(frame)} bytes')
+    magic, fmt, kind, head_len, payload_len = _PREFIX.unpack_from(frame)
+    if magic != MAGIC or fmt != FORMAT:
+        raise MessageError(f'not a CALF frame of format {FORMAT} (magic {magic!r}, format {fmt})')
+    if _PREFIX.size + head_len + payload_len + _DIGEST != len(frame):
+        raise MessageError(f'frame length {len(frame)} does not match its header '
+                           f'({head_len} + {payload_len} bytes of content): truncated or padded')
+    body, digest = frame[:-_DIGEST], frame[-_DIGEST:]
+    if hashlib.sha256(body).digest() != digest:
+        raise MessageError('checksum mismatch: the frame was corrupted on the way')
+    try:
+        header = json.loads(body[_PREFIX.size:_PREFIX.size + head_len])
+        payload = body[_PREFIX.size + head_len:]
+        tensors = st_load(payload) if payload else {}
+        return _message(Kind(kind), header, tensors)
+    except MessageError:
+        raise
+    except Exception as exc:  # json, safetensors, enum and key errors all mean a bad frame
+        raise MessageError(f'undecodable frame: {" ".join(str(exc).split()) or type(exc).__name__}') from None
+
+
+def _message(kind: Kind, header: dict[str, Any], tensors: dict[str, torch.Tensor]
+             ) -> TrajectoryBatch | WeightsMessage | Hello:
+    if kind == Kind.HELLO:
+        return Hello(str(header['worker_id']))
+    if kind == Kind.WEIGHTS:
+        return WeightsMessage(int(header['version']), int(header['learner_run']), str(header['target']),
+                              dict(header['agent_spec']), dict(header['env_config']), tensors)
+    if set(tensors) != set(_BATCH_TENSORS):
+        raise MessageError(f'batch tensors {sorted(tensors)} differ from {sorted(_BATCH_TENSORS)}')
+    for name, dtype in _BATCH_TENSORS.items():
+        if tensors[name].dtype != dtype:
+            raise MessageError(f'batch tensor {name} is {tensors[name].dtype}, expected {dtype}')
+    batch = TrajectoryBatch(str(header['worker_id']), int(header['seq']), int(header['version']),
+                            int(header['learner_run']), **tensors,
+                            episode_returns=[float(r) for r in header['episode_returns']])
+    _check_batch_shapes(batch)
+    return batch
+
+
+def _check_batch_shapes(b: TrajectoryBatch) -> None:
+    """Raise MessageError unless every tensor agrees with ``rewards`` ``[T, N]`` and ``obs`` ``[T, N, D]``."""
+    if b.rewards.dim() != 2 or b.obs.dim() != 3 or b.obs.shape[:2] != b.rewards.shape:
+        raise MessageError(f'batch obs {tuple(b.obs.shape)} and rewards {tuple(b.rewards.shape)} '
+                           'are not [T, N, D] and [T, N]')
+    steps, envs, dim = b.obs.shape
+    expected = {'actions': b.actions.shape[:2], 'logprobs': b.logprobs.shape, 'dones': b.dones.shape,
+                'terminated': b.terminated.shape, 'truncated': b.truncated.shape,
+                'behaviour_logits': b.behaviour_logits.shape[:2]}
+    bad = [name for name, shape in expected.items() if tuple(shape) != (steps, envs)]
+    if b.next_obs.shape != (envs, dim) or b.next_done.shape != (envs,):
+        bad.append('next_obs/next_done')
+    if b.final_index.dim() != 2 or b.final_index.shape[1:] != (2,) or b.final_obs.shape != (len(b.final_index), dim):
+        bad.append('final_index/final_obs')
+    elif len(b.final_index) and not ((b.final_index >= 0).all() and (b.final_index[:, 0] < steps).all()
+                                     and (b.final_index[:, 1] < envs).all()):
+        bad.append('final_index (out of range)')
+    if bad:
+        raise MessageError(f'batch of {steps} steps x {envs} envs has mismatched {", ".join(bad)}')
+    if not all(torch.isfinite(t).all() for t in (b.obs, b.rewards, b.logprobs, b.next_obs, b.final_obs)):
+        raise MessageError('batch holds NaN or infinite values')
+
+
+class Chunk(NamedTuple):
+    """One piece of a frame, as carried by ``calf_msgs/ByteChunk``."""
+
+    kind: int
+    sender: str
+    message_id: int
+    index: int
+    count: int
+    total_bytes: int
+    data: bytes
+
+
+def split(frame: bytes, kind: Kind, sender: str, message_id: int, chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
+    """``frame`` as chunks of at most ``chunk_bytes`` bytes."""
+    if chunk_bytes < 1:
+        raise ValueError(f'chunk_bytes must be >= 1, got {chunk_bytes}')
+    pieces = [frame[i:i + chunk_bytes] for i in range(0, len(frame), chunk_bytes)] or [b'']
+    return [Chunk(int(kind), sender, message_id, i, len(pieces), len(frame), piece) for i, piece in enumerate(pieces)]
+
+
+@dataclass
+class _Pending:
+    count: int
+    total_bytes: int
+    started_s: float
+    parts: dict[int, bytes] = field(default_factory=dict)
+    size: int = 0
+
+
+class Reassembler:
+    """Joins chunks into frames, per sender; keeps at most one message in progress per sender.
+
+    A chunk that contradicts its message, or announces more than ``max_bytes``, is refused; a
+    message still incomplete when a newer one from its sender starts, or after ``timeout_s``, is
+    dropped as ``incomplete``. Each refusal calls ``log`` once and counts in ``refused[reason]``.
+    """
+
+    def __init__(self, max_bytes: int = MAX_BYTES, timeout_s: float = 30.0,
+                 log: Callable[[str], None] = lambda line: None) -> None:
+        self.max_bytes, self.timeout_s, self.log = max_bytes, timeout_s, log
+        self.refused: Counter[str] = Counter()
+        self._pending: dict[tuple[str, int], tuple[int, _Pending]] = {}
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """Count one refusal and log it on one line (also used for frames that fail to decode)."""
+        self.refused[reason] += 1
+        self.log(f'refused {detail} ({reason}, {self.refused[reason]} so far)')
+
+    def add(self, chunk: Chunk, now_s: float) -> bytes | None:
+        """The whole frame once ``chunk`` completes it, else None."""
+        self._expire(now_s)
+        what = f'chunk {chunk.index}/{chunk.count} of message {chunk.message_id} from {chunk.sender!r}'
+        if not 0 < chunk.total_bytes <= self.max_bytes or chunk.count < 1 or not 0 <= chunk.index < chunk.count:
+            self.refuse('malformed', f'{what}: {chunk.total_bytes} bytes announced (limit {self.max_bytes})')
+            return None
+        key = (chunk.sender, chunk.kind)
+        message_id, pending = self._pending.get(key, (None, None))
+        if message_id != chunk.message_id:
+            if pending is not None:
+                if chunk.message_id < message_id:
+                    self.refuse('stale', f'{what}: message {message_id} is newer')
+                    return None
+                self.refuse('incomplete', f'message {message_id} from {chunk.sender!r}: '
+                                          f'{len(pending.parts)} of {pending.count} chunks arrived')
+            pending = _Pending(chunk.count, chunk.total_bytes, now_s)
+            self._pending[key] = (chunk.message_id, pending)
+        if (chunk.count, chunk.total_bytes) != (pending.count, pending.total_bytes) \
+                or pending.size + len(chunk.data) > pending.total_bytes:
+            self.refuse('malformed', f'{what}: disagrees with its message\'s other chunks')
+            del self._pending[key]
+            return None
+        if chunk.index not in pending.parts:
+            pending.parts[chunk.index] = chunk.data
+            pending.size += len(chunk.data)
+        if len(pending.parts) < pending.count:
+            return None
+        del self._pending[key]
+        if pending.size != pending.total_bytes:
+            self.refuse('truncated', f'message {chunk.message_id} from {chunk.sender!r}: '
+                                     f'{pending.size} of {pending.total_bytes} bytes')
+            return None
+        return b''.join(pending.parts[i] for i in range(pending.count))
+
+    def _expire(self, now_s: float) -> None:
+        for key, (message_id, pending) in list(self._pending.items()):
+            if now_s - pending.started_s > self.timeout_s:
+                del self._pending[key]
+                self.refuse('incomplete', f'message {message_id} from {key[0]!r}: {len(pending.parts)} of '
+                                          f'{pending.count} chunks after {self.timeout_s:g} s')
+
+
+@dataclass
+class Traffic:
+    """Messages, chunks and bytes of one direction (one kind of frame), as one side saw them."""
+
+    messages: int = 0
+    chunks: int = 0
+    bytes: int = 0
+
+    def sent(self, chunks: list[Chunk]) -> None:
+        """Count one message sent as ``chunks``."""
+        self.messages += 1
+        self.chunks += len(chunks)
+        self.bytes += sum(len(c.data) for c in chunks)
+
+    def received(self, chunk: Chunk, completes: bool) -> None:
+        """Count one chunk received, and its message when ``completes``."""
+        self.chunks += 1
+        self.bytes += len(chunk.data)
+        self.messages += int(completes)
+
+    def as_dict(self) -> dict[str, int]:
+        return {'messages': self.messages, 'chunks': self.chunks, 'bytes': self.bytes}

@@ -1,0 +1,125 @@
+"""The learner node: PPO on the trajectory batches of rollout workers, weights back by a sync policy.
+
+Thin: ``calf_agent.dist_learner.Learner`` does the work. Batches and hellos arrive as
+``calf_msgs/ByteChunk`` on ``batch_topic`` (QoS ``calf_ros.qos.BATCHES``); weights go to each worker on
+``<weights_prefix>/<worker id>`` (QoS ``WEIGHTS``, transient local: a worker that matches late still
+gets them). The node exits once the step budget is spent or an evaluation reaches ``stop_return``,
+leaving the checkpoint and ``distributed.json`` in ``out``.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.publisher import Publisher
+
+from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
+from calf_agent.dist_learner import Learner, LearnerConfig
+from calf_agent.dist_ppo import LagConfig
+from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
+from calf_agent.regimes import default_representation
+from calf_agent.representation import Representation
+from calf_agent.trainer import cartpole_defaults
+from calf_core.envs import env_spec
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
+from calf_msgs.msg import ByteChunk
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import BATCHES, WEIGHTS
+
+PARAMETERS: dict[str, tuple[Any, str]] = {
+    'out': ('', 'checkpoint directory (as calf train --out); also progress.csv, eval.csv, distributed.json'),
+    'env': ('cartpole', 'task the workers run (cartpole; the MLP agent only)'),
+    'network': ('full_net_aware', 'network profile of the workers\' envs, in virtual time'),
+    'regime': ('full', 'regime name recorded in the checkpoint'),
+    'frames': (0, 'frame stack k; 0: the network\'s default'),
+    'action_history': (-1, 'actions remembered; -1: the network\'s default'),
+    'steps': (100_000, 'env steps to train for, summed over workers'),
+    'seed': (0, 'seed of the learner\'s torch and of the evaluations'),
+    'sync': ('every', 'every, period:K or aps:DELTA'),
+    'lag_cap': (DEFAULT_LAG_CAP, 'a worker lagging more versions than this gets weights under any sync'),
+    'vtrace_lag': (LagConfig.vtrace_lag, 'above this version lag a batch is corrected with V-trace'),
+    'num_steps': (32, 'steps per env in one worker batch'),
+    'eval_every': (10_000, 'env steps between checkpoint + deterministic evaluation'),
+    'eval_episodes': (10, 'episodes per evaluation'),
+    'stop_return': (0.0, 'stop once an evaluation reaches this mean return; 0: train the whole budget'),
+    'resume': (False, 'continue from the checkpoint in out (weights, version, steps) if there is one'),
+    'chunk_bytes': (16 * 1024, 'largest chunk of a weights message (bytes)'),
+    'batch_topic': (BATCH_TOPIC, 'where workers publish batch chunks'),
+    'weights_prefix': (WEIGHTS_PREFIX, 'weights go to PREFIX/<worker id>'),
+    'step_period_s': (0.002, 'period of the update timer (seconds)'),
+}
+
+
+def learner_config(p: dict[str, Any]) -> LearnerConfig:
+    """The run the parameters ``p`` describe; ConfigError names a bad value."""
+    if not p['out']:
+        raise ConfigError('no checkpoint directory: pass -p out:=DIR')
+    if env_spec(p['env']).name != 'cartpole':
+        raise ConfigError(f'distributed training runs the MLP agent, which {p["env"]} does not use: train it '
+                          'with calf train')
+    profile = load_profile(p['network'])
+    default = default_representation(p['env'], profile)
+    rep = Representation(frames=p['frames'] or default.frames,
+                         actions=default.actions if p['action_history'] < 0 else p['action_history'])
+    base = cartpole_defaults()
+    env_config = {'env': p['env'], 'network': p['network'], 'regime': p['regime'], 'representation': rep.as_dict(),
+                  'plan_horizon': 1, 'num_steps': p['num_steps']}
+    if min(p['steps'], p['num_steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes']) < 1:
+        raise ConfigError('steps, num_steps, eval_every, eval_episodes and chunk_bytes must be >= 1')
+    return LearnerConfig(Path(p['out']), env_config, parse_sync(p['sync'], p['lag_cap']), p['steps'], p['seed'],
+                         ppo=base.ppo, lag=replace(LagConfig(), vtrace_lag=p['vtrace_lag']), hidden=base.hidden,
+                         eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
+                         stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'])
+
+
+class LearnerNode(Node):
+    """Subscribes to batch chunks, publishes weight chunks per worker."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__('learner', **kwargs)
+        p = declare_parameters(self, PARAMETERS)
+        self.learner = Learner(learner_config(p), log=self.get_logger().info, clock=time.monotonic,
+                               warn=self.get_logger().warning)
+        self.weights_prefix = p['weights_prefix'].rstrip('/')
+        self._weights_out: dict[str, Publisher] = {}
+        self._seq = 0
+        self._batches = self.create_subscription(ByteChunk, p['batch_topic'], self._on_chunk, BATCHES)
+        self.create_timer(p['step_period_s'], self._step)
+        self.get_logger().info(f'learner run {self.learner.run}: sync {self.learner.cfg.sync}, '
+                               f'{self.learner.cfg.total_steps} env steps, batches on {p["batch_topic"]}')
+
+    def _on_chunk(self, msg: ByteChunk) -> None:
+        self.learner.receive(msg_to_chunk(msg), time.monotonic())
+
+    def _step(self) -> None:
+        for msg in drain(self._batches):  # everything that arrived during the last update
+            self._on_chunk(msg)
+        for out in self.learner.step():
+            self._seq += 1
+            self._publisher(out.target).publish(chunk_to_msg(out.chunk, self._seq, self.get_clock().now().nanoseconds))
+
+    def _publisher(self, worker_id: str) -> Publisher:
+        if worker_id not in self._weights_out:
+            self._weights_out[worker_id] = self.create_publisher(ByteChunk, f'{self.weights_prefix}/{worker_id}',
+                                                                WEIGHTS)
+        return self._weights_out[worker_id]
+
+    def destroy_node(self) -> None:
+        self.learner.close()
+        self.get_logger().info(f'wrote {self.learner.cfg.out_dir}: {self.learner.env_steps} env steps, '
+                               f'{self.learner.sent.bytes} weight bytes sent')
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node('learner_node', LearnerNode, args, finished=lambda node: node.learner.done)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The rollout worker node: ``envs`` networked envs in virtual time, a local policy copy, batches to the learner.
+
+Thin: ``calf_agent.dist_worker.RolloutWorker`` does the work. Until weights arrive the node says hello
+on ``batch_topic`` every ``hello_period_s``; then it collects one batch per timer tick and publishes its
+chunks (QoS ``calf_ros.qos.BATCHES``). Weights arrive on ``<weights_prefix>/<worker_id>`` (QoS ``WEIGHTS``)
+and replace the local copy between batches. A restarted learner answers the next batch with its weights,
+so the worker follows it with no manual step.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import time
+from typing import Any
+
+from rclpy.node import Node
+
+from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
+from calf_agent.dist_learner import WORKER_ID
+from calf_agent.dist_wire import Chunk
+from calf_agent.dist_worker import RolloutWorker
+from calf_core.errors import ConfigError
+from calf_msgs.msg import ByteChunk
+from calf_ros.node_main import run_node
+from calf_ros.node_params import declare_parameters
+from calf_ros.qos import BATCHES, WEIGHTS
+
+PARAMETERS: dict[str, tuple[Any, str]] = {
+    'worker_id': ('', 'this worker\'s id, a name token; empty: <hostname>_<pid>'),
+    'envs': (8, 'envs stepped in one batch'),
+    'seed': (1, 'seed of the envs and of action sampling'),
+    'batch_topic': (BATCH_TOPIC, 'where batch chunks go'),
+    'weights_prefix': (WEIGHTS_PREFIX, 'weights arrive on PREFIX/<worker_id>'),
+    'hello_period_s': (1.0, 'period of hellos until the first weights arrive (seconds)'),
+    'chunk_bytes': (16 * 1024, 'largest chunk of a batch (bytes)'),
+    'collect_period_s': (0.001, 'period of the collection timer (seconds)'),
+}
+
+
+def default_worker_id() -> str:
+    """``<hostname>_<pid>`` as a name token."""
+    return re.sub(r'\W', '_', f'w_{socket.gethostname()}_{os.getpid()}')
+
+
+class WorkerNode(Node):
+    """Publishes batch chunks, subscribes to its weights."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__('worker', **kwargs)
+        p = declare_parameters(self, PARAMETERS)
+        worker_id = p['worker_id'] or default_worker_id()
+        if not WORKER_ID.match(worker_id):
+            raise ConfigError(f'worker_id must be a name token (letters, digits, _; 64 at most), got {worker_id!r}')
+        if min(p['envs'], p['chunk_bytes']) < 1 or not p['hello_period_s'] > 0:
+            raise ConfigError('envs and chunk_bytes must be >= 1 and hello_period_s > 0')
+        self.worker = RolloutWorker(worker_id, p['envs'], p['seed'], p['chunk_bytes'], log=self.get_logger().warning)
+        self.hello_period_s = p['hello_period_s']
+        self._last_hello = -float('inf')
+        self._seq = 0
+        self._batches = self.create_publisher(ByteChunk, p['batch_topic'], BATCHES)
+        weights_topic = f'{p["weights_prefix"].rstrip("/")}/{worker_id}'
+        self._weights = self.create_subscription(ByteChunk, weights_topic, self._on_chunk, WEIGHTS)
+        self.create_timer(p['collect_period_s'], self._tick)
+        self.get_logger().info(f'worker {worker_id}: {p["envs"]} envs, batches to {p["batch_topic"]}, '
+                               f'weights from {weights_topic}')
+
+    def _on_chunk(self, msg: ByteChunk) -> None:
+        self.worker.receive(msg_to_chunk(msg), time.monotonic())
+
+    def _tick(self) -> None:
+        for msg in drain(self._weights):  # the newest weights before each batch, not one chunk per batch
+            self._on_chunk(msg)
+        if not self.worker.ready:
+            now = time.monotonic()
+            if now - self._last_hello >= self.hello_period_s:
+                self._last_hello = now
+                self._publish(self.worker.hello())
+            return
+        self._publish(self.worker.next_batch(int(self.worker.env_config['num_steps'])))
+
+    def _publish(self, chunks: list[Chunk]) -> None:
+        for chunk in chunks:
+            self._seq += 1
+            self._batches.publish(chunk_to_msg(chunk, self._seq, self.get_clock().now().nanoseconds))
+
+    def destroy_node(self) -> None:
+        self.get_logger().info(f'traffic: {self.worker.traffic()}, {self.worker.env_steps} env steps')
+        self.worker.close()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node('worker_node', WorkerNode, args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""Distributed training's pure core: wire format, chunking, sync policies, lag correction, and a
+learner with workers exchanging real chunks (CartPole, real torch), without ROS."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from calf_agent.dist_learner import Learner, LearnerConfig
+from calf_agent.dist_ppo import LagConfig, update_on_batch, vtrace
+from calf_agent.dist_sync import SyncPolicy, WorkerSync, mean_kl, parse_sync
+from calf_agent.dist_wire import (
+    Chunk,
+    Hello,
+    Kind,
+    Reassembler,
+    TrajectoryBatch,
+    WeightsMessage,
+    decode,
+    encode,
+    split,
+)
+from calf_agent.dist_worker import RolloutWorker
+from calf_agent.policies import MlpAgent
+from calf_agent.ppo import PPOConfig, compute_gae
+from calf_core.errors import ConfigError, MessageError
+
+ENV_CONFIG = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
+              'representation': {'frames': 1, 'actions': 0, 'obs_age': False}, 'plan_horizon': 1, 'num_steps': 16}
+
+
+def _weights(version: int = 3, target: str = 'w0') -> WeightsMessage:
+    agent = MlpAgent(4, 2)
+    return WeightsMessage(version, 7, target, agent.spec(), ENV_CONFIG, agent.state_dict())
+
+
+def _worker(worker_id: str = 'w0', envs: int = 2) -> RolloutWorker:
+    worker = RolloutWorker(worker_id, envs, seed=1)
+    worker.apply(_weights(target=worker_id))
+    return worker
+
+
+def test_batch_round_trips_through_bytes():
+    batch = _worker().collect(20)
+    back = decode(encode(batch))
+    assert isinstance(back, TrajectoryBatch)
+    assert (back.worker_id, back.seq, back.version, back.learner_run) == ('w0', 1, 3, 7)
+    for name in ('obs', 'actions', 'logprobs', 'behaviour_logits', 'rewards', 'dones', 'terminated', 'truncated',
+                 'next_obs', 'next_done', 'final_index', 'final_obs'):
+        assert torch.equal(getattr(back, name), getattr(batch, name)), name
+    assert back.obs.shape == (20, 2, 4) and back.env_steps == 40
+    assert back.episode_returns == batch.episode_returns
+
+
+def test_weights_and_hello_round_trip():
+    message = _weights()
+    back = decode(encode(message))
+    assert isinstance(back, WeightsMessage) and back.version == 3 and back.target == 'w0'
+    assert all(torch.equal(back.state[k], v) for k, v in message.state.items())
+    assert decode(encode(Hello('robot_1'))) == Hello('robot_1')
+
+
+@pytest.mark.parametrize('damage', ['flip', 'truncate', 'pad', 'magic'])
+def test_damaged_frames_are_refused(damage):
+    frame = bytearray(encode(_weights()))
+    if damage == 'flip':
+        frame[len(frame) // 2] ^= 0xFF
+    elif damage == 'truncate':
+        del frame[-100:]
+    elif damage == 'pad':
+        frame += b'\0'
+    else:
+        frame[:4] = b'XXXX'
+    with pytest.raises(MessageError):
+        decode(bytes(frame))
+
+
+def test_oversized_frame_is_refused_before_parsing():
+    frame = encode(_weights())
+    with pytest.raises(MessageError, match='exceeds the limit'):
+        decode(frame, max_bytes=len(frame) - 1)
+
+
+def test_chunks_reassemble_in_any_order_and_duplicates_are_harmless():
+    frame = encode(_weights())
+    chunks = split(frame, Kind.WEIGHTS, 'learner', 1, chunk_bytes=4096)
+    assert len(chunks) > 3 and max(len(c.data) for c in chunks) <= 4096
+    joiner = Reassembler()
+    results = [joiner.add(c, 0.0) for c in [*reversed(chunks[1:]), chunks[1], chunks[0]]]
+    assert results[:-1] == [None] * (len(results) - 1) and results[-1] == frame
+    assert not joiner.refused
+
+
+def test_reassembler_counts_and_logs_each_refusal_once():
+    lines: list[str] = []
+    joiner = Reassembler(max_bytes=10_000, timeout_s=5.0, log=lines.append)
+    first = split(b'x' * 3000, Kind.BATCH, 'w0', 1, 1000)
+    second = split(b'y' * 3000, Kind.BATCH, 'w0', 2, 1000)
+    joiner.add(first[0], 0.0)
+    assert joiner.add(second[0], 0.1) is None  # message 1 lost its tail: counted incomplete
+    assert joiner.add(Chunk(0, 'w1', 1, 0, 1, 10**9, b'z'), 0.2) is None  # announces too much
+    assert joiner.add(Chunk(0, 'w0', 2, 1, 5, 3000, b'y' * 1000), 0.3) is None  # contradicts its message
+    joiner.add(split(b'q' * 2000, Kind.BATCH, 'w2', 1, 1000)[0], 0.3)
+    joiner.add(second[0], 10.0)  # w2's half message times out
+    assert joiner.refused == {'incomplete': 2, 'malformed': 2}
+    assert len(lines) == 4 and all('\n' not in line for line in lines)
+    assert joiner.add(Chunk(0, 'w3', 1, 0, 2, 5, b'abc'), 11.0) is None
+    assert joiner.add(Chunk(0, 'w3', 1, 1, 2, 5, b'd'), 11.0) is None  # 4 of 5 bytes: truncated
+    assert joiner.refused['truncated'] == 1
+
+
+@pytest.mark.parametrize('text, expected', [('every', SyncPolicy('every')), ('period:4', SyncPolicy('period', 4)),
+                                            ('aps:0.02', SyncPolicy('aps', delta=0.02))])
+def test_parse_sync(text, expected):
+    assert parse_sync(text) == expected
+    assert str(parse_sync(text)) == text
+
+
+@pytest.mark.parametrize('text', ['always', 'period:0', 'period:x', 'aps:-1', 'aps', 'every:2'])
+def test_parse_sync_refuses(text):
+    with pytest.raises(ConfigError, match='--sync must be'):
+        parse_sync(text)
+
+
+def test_sync_decisions():
+    sync = WorkerSync()
+    assert sync.wants(parse_sync('period:4'), 0, None)  # unknown worker: at once
+    sync.on_send(5, None)
+    assert not sync.wants(parse_sync('every'), 5, None)
+    assert sync.wants(parse_sync('every'), 6, None)
+    assert [sync.wants(parse_sync('period:4'), v, None) for v in (7, 8, 9)] == [False, False, True]
+    aps = parse_sync('aps:0.1', lag_cap=10)
+    assert not sync.wants(aps, 8, 0.05) and sync.wants(aps, 8, 0.2)
+    assert sync.wants(aps, 16, 0.0)  # lag 11 > cap 10
+
+
+def test_a_lost_send_is_detected_from_later_batches():
+    sync = WorkerSync()
+    sync.on_send(4, None)
+    obs, logits = torch.zeros(3, 4), torch.zeros(3, 2)
+    for _ in range(2):
+        sync.on_batch(2, obs, logits)
+    assert sync.version == 4  # batches collected before the weights arrived
+    sync.on_batch(2, obs, logits)
+    assert sync.version == 2 and sync.sent_version == 2
+
+
+def test_mean_kl_is_exact():
+    ref = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1]]))
+    cur = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
+    expected = (0.0 + 0.9 * np.log(0.9 / 0.5) + 0.1 * np.log(0.1 / 0.5)) / 2
+    assert mean_kl(ref, cur, 1) == pytest.approx(expected, rel=1e-5)
+    assert mean_kl(cur, cur, 1) == pytest.approx(0.0, abs=1e-7)
+
+
+def _random_rollout(seed: int = 0, steps: int = 12, envs: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    rewards, values = torch.rand(steps, envs, generator=g), torch.rand(steps, envs, generator=g)
+    dones = (torch.rand(steps, envs, generator=g) < 0.2).float()
+    return rewards, values, dones, torch.rand(envs, generator=g), torch.zeros(envs)
+
+
+def test_vtrace_on_policy_is_gae_with_lambda_one():
+    rewards, values, dones, next_value, next_done = _random_rollout()
+    logp = torch.full_like(rewards, -0.7)
+    vs, adv = vtrace(logp, logp, rewards, values, dones, next_value, next_done, 0.9)
+    gae_adv, gae_ret = compute_gae(rewards, values, dones, next_value, next_done, 0.9, 1.0)
+    assert torch.allclose(vs, gae_ret, atol=1e-5) and torch.allclose(adv, gae_adv, atol=1e-5)
+
+
+def test_vtrace_truncates_importance_weights():
+    rewards, values, dones, next_value, next_done = _random_rollout(1)
+    behaviour = torch.full_like(rewards, -2.0)
+    clipped = vtrace(behaviour, behaviour + 3.0, rewards, values, dones, next_value, next_done, 0.9)
+    on_policy = vtrace(behaviour, behaviour, rewards, values, dones, next_value, next_done, 0.9)
+    assert all(torch.allclose(a, b) for a, b in zip(clipped, on_policy))  # ρ = e^3 is cut to 1
+    down = vtrace(behaviour, behaviour - 1.0, rewards, values, dones, next_value, next_done, 0.9)
+    assert not torch.allclose(down[1], on_policy[1])
+
+
+def test_stale_batches_switch_to_vtrace():
+    batch = decode(encode(_worker().collect(16)))
+    agent = MlpAgent(4, 2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    ppo = PPOConfig(update_epochs=2, num_minibatches=2)
+    rng = np.random.default_rng(0)
+    assert update_on_batch(agent, optimizer, batch, 0, ppo, LagConfig(vtrace_lag=2), rng)['vtrace'] == 0.0
+    before = [p.clone() for p in agent.parameters()]
+    stats = update_on_batch(agent, optimizer, batch, 5, ppo, LagConfig(vtrace_lag=2), rng)
+    assert stats['vtrace'] == 1.0 and np.isfinite(stats['policy_loss'])
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters()))
+
+
+def _learner(tmp_path: Path, sync: str, **kw) -> Learner:
+    cfg = LearnerConfig(tmp_path, ENV_CONFIG, parse_sync(sync), total_steps=kw.pop('total_steps', 10_000),
+                        ppo=PPOConfig(update_epochs=2, num_minibatches=1), eval_every=10**9, **kw)
+    return Learner(cfg, log=lambda line: None, clock=lambda: 0.0)
+
+
+def _exchange(learner: Learner, workers: list[RolloutWorker], rounds: int) -> None:
+    """Hellos, then ``rounds`` batches from each worker, with every chunk handed over in memory."""
+    for worker in workers:
+        for chunk in worker.hello():
+            learner.receive(chunk, 0.0)
+    for _ in range(rounds):
+        _deliver(learner, workers)
+        for worker in workers:
+            for chunk in worker.next_batch(16):
+                learner.receive(chunk, 0.0)
+        while learner.queue:
+            _deliver(learner, workers)
+
+
+def _deliver(learner: Learner, workers: list[RolloutWorker]) -> None:
+    """One learner step; each weights chunk goes to the worker it is addressed to."""
+    by_id = {worker.worker_id: worker for worker in workers}
+    for out in learner.step():
+        by_id[out.target].receive(out.chunk, 0.0)
+
+
+def test_every_sends_each_worker_each_update(tmp_path):
+    learner = _learner(tmp_path, 'every')
+    workers = [RolloutWorker(f'w{i}', 2, seed=i) for i in range(2)]
+    _exchange(learner, workers, rounds=4)
+    assert learner.updates == 8 and learner.version == 8 and learner.env_steps == 8 * 32
+    weights_per_message = learner.sent.bytes / learner.sent.messages
+    assert learner.sent.messages == 2 + 8 * 2  # the first weights, then one per worker per update
+    assert weights_per_message > 10_000  # two 64-unit MLPs in float32
+    assert all(w.version > 0 and not w.reassembler.refused for w in workers)
+    assert learner.received.messages == 2 + 8 and not learner.reassembler.refused
+    assert sum(learner.lags.values()) == 8 and max(learner.lags) <= 1
+
+
+def test_aps_sends_fewer_weights_than_every(tmp_path):
+    every, aps = _learner(tmp_path / 'every', 'every'), _learner(tmp_path / 'aps', 'aps:0.05')
+    for learner in (every, aps):
+        _exchange(learner, [RolloutWorker(f'w{i}', 2, seed=i) for i in range(2)], rounds=4)
+    assert aps.updates == every.updates == 8
+    assert aps.sent.bytes < every.sent.bytes
+    assert max(aps.lags) > 1  # workers ran stale copies, corrected by the learner
+
+
+def test_corrupt_batch_is_refused_counted_and_the_learner_carries_on(tmp_path):
+    lines: list[str] = []
+    learner = _learner(tmp_path, 'every')
+    learner.reassembler.log = lines.append
+    worker = RolloutWorker('w0', 2, seed=0)
+    _exchange(learner, [worker], rounds=1)
+    chunks = worker.next_batch(16)
+    data = bytearray(chunks[-1].data)
+    data[len(data) // 2] ^= 0x55  # one flipped byte in the payload
+    bad = chunks[-1]._replace(data=bytes(data))
+    for chunk in [*chunks[:-1], bad]:
+        learner.receive(chunk, 0.0)
+    assert learner.reassembler.refused == {'corrupt': 1} and not learner.queue
+    assert len(lines) == 1 and 'checksum' in lines[0]
+    _exchange(learner, [worker], rounds=1)
+    assert learner.updates == 2
+
+
+def test_learner_resumes_from_its_checkpoint(tmp_path):
+    first = _learner(tmp_path, 'every')
+    _exchange(first, [RolloutWorker('w0', 2, seed=0)], rounds=2)
+    first.close()
+    again = _learner(tmp_path, 'every', resume=True)
+    assert (again.version, again.env_steps) == (first.version, first.env_steps)
+    assert again.run != first.run
+    assert all(torch.equal(a, b) for a, b in zip(first.agent.parameters(), again.agent.parameters()))
+    worker = RolloutWorker('w0', 2, seed=0)
+    worker.apply(WeightsMessage(0, first.run, 'w0', first.agent.spec(), ENV_CONFIG, first.agent.state_dict()))
+    for chunk in worker.next_batch(16):  # collected under the old run: V-trace, weights go out at once
+        again.receive(chunk, 0.0)
+    sends = again.step()
+    assert again.lags[-1] == 1 and sends
+    assert {out.target for out in sends} == {'w0'}
+    assert any(worker.receive(out.chunk, 0.0) for out in sends) and worker.learner_run == again.run
+
+
+def test_a_newer_batch_of_a_worker_replaces_its_waiting_one(tmp_path):
+    learner = _learner(tmp_path, 'every')
+    worker = RolloutWorker('w0', 2, seed=0)
+    _exchange(learner, [worker], rounds=1)
+    for _ in range(3):
+        for chunk in worker.next_batch(16):
+            learner.receive(chunk, 0.0)
+    assert [b.seq for b in learner.queue] == [4] and learner.superseded == 2
+    assert learner.summary()['batches_superseded'] == {'messages': 2, 'env_steps': 64}
