@@ -46,6 +46,13 @@ def is_continuous(env: str) -> bool:
     return isinstance(make_env(env).action_space, gym.spaces.Box)
 
 
+def train_defaults(env: str) -> TrainConfig:
+    """The PPO settings ``env`` trains with by default: continuous, CartPole's or MiniGrid's."""
+    if is_continuous(env):
+        return continuous_defaults()
+    return cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
+
+
 def default_representation(env: str, profile: Profile) -> Representation:
     """Paper, Table 3: CartPole stacks k = d + 1 frames and the d in-flight actions; MiniGrid's LSTM
     sees one frame; continuous-action tasks stack d + 1 frames (the action history is one-hot, for
@@ -123,10 +130,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
         raise ConfigError(f'--envs must be >= 1, got {num_envs}')
     profile = load_profile(network)
     rep = rep or default_representation(env, profile)
-    if is_continuous(env):
-        base: TrainConfig = continuous_defaults()
-    else:
-        base = cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
+    base = train_defaults(env)
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name,
             'representation': rep.as_dict(), 'plan_horizon': plan_horizon}
     try:

@@ -1,4 +1,5 @@
-"""``calf experiment table4|table5|table6|table7|table8|table9|all``: reproduce the paper's tables."""
+"""``calf experiment table4|table5|table6|table7|table8|table9|all``: reproduce the paper's tables;
+``calf experiment --env ENV``: a Table-4-style table for any env."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,10 @@ from calf_bringup.cli_args import MAX_EPISODES, MAX_STEPS, count
 from calf_bringup.experiment import run_table, write_outputs
 from calf_bringup.experiment_cells import Executor
 from calf_bringup.experiment_report import write_results_readme
-from calf_bringup.experiment_specs import TABLES
+from calf_bringup.experiment_specs import TABLES, TableSpec, env_table
 from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
 from calf_bringup.table9 import run_table9
+from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
 
 CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
@@ -21,7 +23,8 @@ CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('experiment', help='reproduce a table of the paper (CSV, Markdown, JSON, PNG)')
-    parser.add_argument('name', choices=CHOICES)
+    parser.add_argument('name', nargs='?', choices=CHOICES, help='a table of the paper (or --env instead)')
+    add_env_arguments(parser)
     parser.add_argument('--seeds', type=count(1, 1000), default=10, help='training seeds per row')
     parser.add_argument('--episodes', type=count(1, MAX_EPISODES), default=50, help='evaluation episodes per seed and column')
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='PPO steps per seed (default: per table)')
@@ -37,24 +40,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    tables, names = _tables(args)
     args.out.mkdir(parents=True, exist_ok=True)
     command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
-    names = [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
     if args.shared_out and not args.cluster:
         raise ConfigError('--shared-out applies to --cluster runs only: add --cluster ray, or drop --shared-out')
     executor = _cluster(args.cluster, args.shared_out) if args.cluster else None
     failed = 0
     for name in names:
         started = time.time()
-        if executor and name not in TABLES:
-            print(f'{name}: runs on this machine (--cluster applies to {", ".join(TABLES)})')
+        if executor and name not in tables:
+            print(f'{name}: runs on this machine (--cluster applies to {", ".join(tables)})')
         if name in GRAPH_TABLES:
             result = run_graph_table(GRAPH_TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)
             written = write_graph_table(result, args.out, command, started)
         elif name == 'table9':
             written = run_table9(args.out, episodes=max(1, args.episodes // 10), command=command, started=started)
         else:
-            result = run_table(TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps, executor)
+            result = run_table(tables[name], args.seeds, args.episodes, args.out, args.workers, args.steps, executor)
             written = write_outputs(result, args.out, command, started)
             failed += sum(c['status'] == 'failed' for c in result['cells_run'].values())
         print(f'{name}: wrote ' + ', '.join(str(p) for p in written))
@@ -65,6 +68,18 @@ def run(args: argparse.Namespace) -> int:
         print(f'{failed} cells failed (errors in the tables, logs in {args.out / "logs"}); '
               'rerun the same command to retry them')
     return 1 if failed else 0
+
+
+def _tables(args: argparse.Namespace) -> tuple[dict[str, TableSpec], list[str]]:
+    """The trained tables this run may use, and the names to run: the paper's, or one built from ``--env``."""
+    if args.env is None and args.env_spec is None:
+        if args.name is None:
+            raise ConfigError(f'calf experiment: name a table ({", ".join(CHOICES)}) or give --env ENV')
+        return TABLES, [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
+    if args.name is not None:
+        raise ConfigError(f'calf experiment: give a table name ({args.name}) or --env, not both')
+    spec = env_table(resolve_env_arg(args.env, args.env_spec))
+    return {spec.name: spec}, [spec.name]
 
 
 def _cluster(value: str, shared: bool) -> Executor:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from calf_bringup.experiment_cells import Cell, Executor, LocalExecutor, run_cells
-from calf_bringup.experiment_specs import Row, TableSpec
+from calf_bringup.experiment_specs import Row, TableSpec, env_slug
 from calf_core import atomic
 from calf_core.yaml_files import read_json
 
@@ -33,7 +33,7 @@ class TrainJob:
     @property
     def key(self) -> str:
         planner = '-model' if self.row.planner == 'model' else ''
-        return f'{self.env}-{self.row.network}-h{self.row.plan_horizon}{planner}-{self.steps}steps-seed{self.seed}'
+        return f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}-{self.steps}steps-seed{self.seed}'
 
     @property
     def base(self) -> TrainJob:

@@ -1,6 +1,8 @@
 """What each reproduced table trains and evaluates, beside the paper's published numbers."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import NamedTuple
 
 
@@ -84,6 +86,27 @@ TABLES['plans'] = TableSpec(
      PLANS_ROW, Row('Full + plans, H = 24', 'full_net_aware', 24, 'model')),
     (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-N', 'wifi_normal'), Column('Wi-Fi-D', 'wifi_degraded'),
      Column('Wi-Fi-D live trace', 'results/traces/wifi_degraded_live')), {})
+
+ENV_TABLE_PREFIX = 'env_'
+
+
+def env_table(env: str) -> TableSpec:
+    """A Table-4-style table for a user's env (``calf experiment --env ENV``): Baseline and Full Net-Aware,
+    trained for the env's default PPO steps, evaluated under the five network conditions.
+
+    ``env`` is the resolved ``--env`` string (a built-in, a gymnasium id, an entry point or a spec file).
+    """
+    from calf_agent.regimes import train_defaults
+    short = Path(env).stem if env.endswith(('.yaml', '.yml')) else env
+    name = ENV_TABLE_PREFIX + env_slug(short)
+    return TableSpec(name, f'{short}: mean episode return (± std across seeds)', env, 'mean_return', 1.0,
+                     train_defaults(env).total_steps, REGIME_ROWS[::2], COLUMNS, {})
+
+
+def env_slug(env: str) -> str:
+    """``env`` as one file-name component: a spec file's path or an entry point, its separators replaced."""
+    return re.sub(r'[^A-Za-z0-9_.-]+', '_', env).strip('_')
+
 
 TABLE9_PAPER = {'Local (Pi only)': (5.2, 9.8), 'Ethernet (Pi ↔ Desktop)': (8.7, 14.3),
                 'Wi-Fi-Normal': (34.5, 68.2), 'Real-Wi-Fi-Degraded': (82.1, 152.7)}

@@ -1,0 +1,53 @@
+"""``calf experiment --env ENV``: a Table-4-style table for a user's env, built from the env, refused in one line
+when the env or the arguments are wrong."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calf_bringup.cli import main
+from calf_bringup.experiment_specs import COLUMNS, env_table
+
+
+def test_env_table_has_baseline_and_full_under_the_five_networks(tmp_path: Path) -> None:
+    spec_file = tmp_path / 'my robot.yaml'
+    spec_file.write_text('env: Pendulum-v1\nhold: zero\n')
+    spec = env_table(str(spec_file))
+    assert spec.name == 'env_my_robot' and spec.env == str(spec_file)
+    assert [r.network for r in spec.rows] == ['sim_clean', 'full_net_aware'] and spec.columns == COLUMNS
+    assert spec.steps > 0
+    assert env_table('InvertedPendulum-v5').name == 'env_InvertedPendulum-v5'
+
+
+@pytest.mark.parametrize(('argv', 'message'), [
+    (['experiment', '--env', 'NoSuchEnv-v0'], "unknown env 'NoSuchEnv-v0'"),
+    (['experiment', '--env', 'no_such_pkg.robot:make'], 'no_such_pkg'),
+    (['experiment', 'table4', '--env', 'Pendulum-v1'], 'not both'),
+    (['experiment'], 'or give --env ENV'),
+])
+def test_bad_env_experiments_are_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / 'out'
+    assert main([*argv, '--out', str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and message in err and not out.exists()
+
+
+@pytest.mark.slow
+def test_experiment_on_a_spec_file_writes_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Real PPO on Pendulum-v1 named by a spec file whose path has a space and slashes (one rollout per row)."""
+    spec_file = tmp_path / 'my robot.yaml'
+    spec_file.write_text('env: Pendulum-v1\nhold: zero\n')
+    out = tmp_path / 'results'
+    assert main(['experiment', '--env-spec', str(spec_file), '--seeds', '1', '--episodes', '1', '--steps', '2048',
+                 '--workers', '1', '--out', str(out)]) == 0
+    result = json.loads((out / 'env_my_robot.json').read_text())
+    assert result['env'] == str(spec_file) and result['columns'] == [c.name for c in COLUMNS]
+    for row in ('Baseline', 'Full Net-Aware'):
+        for column in result['columns']:
+            cell = result['cells'][row][column]
+            assert len(cell['per_seed']) == 1 and -2000 < cell['mean'] < 0  # Pendulum returns are negative
+    assert 'my_robot' in (out / 'README.md').read_text()
+    assert (out / 'env_my_robot.md').is_file() and (out / 'env_my_robot.csv').is_file()
