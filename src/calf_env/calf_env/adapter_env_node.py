@@ -6,20 +6,22 @@ with standard messages instead of calf_msgs at the edges, as an adapter file
 message (``std_msgs/Float32MultiArray``, ``sensor_msgs/JointState`` or ``nav_msgs/Odometry``;
 a header is stamped with the node's ROS clock), and each command on the adapter's action topic
 (``geometry_msgs/Twist`` or ``std_msgs/Float32MultiArray``) becomes the discrete action of its
-nearest table row. The same adapter file serves ``adapter_policy_node``, so a trained policy
+nearest table row, or, for a Box env (no table), the continuous action its fields hold. The same adapter file serves ``adapter_policy_node``, so a trained policy
 drives this env through the generic shim with no calf_msgs on the way. QoS comes from the
 adapter file; the env node's ``qos_*`` parameters do not apply.
 
 A command carries no observation number: it answers the newest observation, so its end-to-end
 latency (``link_stats``, ``episode_result``) is measured from that one, a lower bound. A command
 with a wrong number of values, a NaN or a value outside the table's range is counted
-(``rejected``) and logged on one line.
+(``rejected``) and logged on one line; a continuous one outside the env's bounds is refused by the
+stepper, as over calf_msgs.
 """
 from __future__ import annotations
 
 import sys
 from typing import Any
 
+import numpy as np
 from rclpy.event_handler import SubscriptionEventCallbacks
 
 from calf_core.errors import ConfigError, MessageError
@@ -41,7 +43,8 @@ def load_adapter(node: EnvNode) -> AdapterConfig:
     if not path:
         raise ConfigError('no adapter given: pass --ros-args -p adapter:=FILE.yaml')
     adapter = load_adapter_config(path)
-    adapter.check_sizes(int(node.stepper.env.observation_space.shape[0]), node.stepper.n_actions, 'env')
+    adapter.check_sizes(int(node.stepper.env.observation_space.shape[0]), node.stepper.n_actions, 'env',
+                        action_dim=int(np.prod(node.stepper.action_shape)) if node.stepper.continuous else 0)
     return adapter
 
 
@@ -58,7 +61,7 @@ class AdapterEnvNode(EnvNode):
                                             act.qos.profile(),
                                             event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_lost))
         self.get_logger().info(f'{obs.type_name} on {self._obs_pub.topic_name}, {act.type_name} on '
-                               f'{commands.topic_name} ({len(act.table)} actions)')
+                               f'{commands.topic_name} ({_actions(act.table)})')
 
     def _publish_observation(self, record: ObsRecord, ns: int) -> None:
         msg = set_fields(self._obs_type(), self.adapter.observation.encode(record.obs))
@@ -70,11 +73,15 @@ class AdapterEnvNode(EnvNode):
         _, now = self._now()
         self.actions_received += 1
         try:
-            action = self.adapter.action.decode(msg)
+            action = self.adapter.action.decode(msg, self.stepper.action_shape)
         except MessageError as err:
             self._reject(err)
             return
         self._apply_action(self.stepper.tick_index, self.stepper.episode, (action,), now)
+
+
+def _actions(table: tuple[tuple[float, ...], ...] | None) -> str:
+    return 'continuous actions' if table is None else f'{len(table)} actions'
 
 
 def main(args: list[str] | None = None) -> int:

@@ -24,7 +24,8 @@ An adapter file has two sections:
 
 On the env side a command message becomes the discrete action of the nearest table row (Euclidean,
 in float32); a value outside the range of its table column is rejected, like an out-of-range
-action index. Pure: messages are read and written by attribute (duck typing), never imported here.
+action index. Without a table (a Box env) the fields are read back as the continuous action, in
+order; the env's action bounds apply as to any continuous action. Pure: messages are read and written by attribute (duck typing), never imported here.
 """
 from __future__ import annotations
 
@@ -185,20 +186,27 @@ class ActionAdapter:
             return {'data': list(vector)}
         return dict(zip(self.fields, vector))
 
-    def decode(self, msg: Any) -> int:
-        """The discrete action a command stands for (env side): the nearest table row.
+    def decode(self, msg: Any, action_shape: tuple[int, ...] = ()) -> int | np.ndarray:
+        """The action a command stands for (env side): for a Discrete env the nearest table row; for a
+        Box env (``action_shape``) the values read back from the fields (or data) as one float32 action.
 
-        MessageError (one line) for a wrong number of values, a non-finite one, or one outside the
-        range of its table column."""
-        table = np.asarray(self._table(), dtype=np.float32)
-        names = self.fields or [f'data[{i}]' for i in range(table.shape[1])]
+        MessageError (one line) for a wrong number of values, a non-finite one, or (discrete) one
+        outside the range of its table column. A continuous action's bounds are the stepper's to check."""
         vector = np.asarray(msg.data if self.fields is None else [get_path(msg, f) for f in self.fields],
                             dtype=np.float32)
+        if action_shape:
+            size = int(np.prod(action_shape))
+            if vector.size != size:
+                raise MessageError(f'{self.type_name} on {self.topic} holds {vector.size} values, the env\'s actions '
+                                   f'have {size}')
+            self._check_finite(vector)
+            return vector.reshape(action_shape)
+        table = np.asarray(self._table(), dtype=np.float32)
+        names = self.fields or [f'data[{i}]' for i in range(table.shape[1])]
         if vector.shape != table.shape[1:]:
             raise MessageError(f'{self.type_name} on {self.topic} holds {vector.size} values, the action table '
                                f'rows have {table.shape[1]}')
-        if not np.all(np.isfinite(vector)):
-            raise MessageError(f'{self.type_name} on {self.topic} holds NaN or infinite values')
+        self._check_finite(vector)
         low, high = table.min(axis=0), table.max(axis=0)
         outside = np.flatnonzero((vector < low) | (vector > high))
         if outside.size:
@@ -206,6 +214,10 @@ class ActionAdapter:
             raise MessageError(f'{self.type_name} on {self.topic}: {names[i]} = {vector[i]:g} is outside the action '
                                f'table range [{low[i]:g}, {high[i]:g}]')
         return int(np.argmin(np.sum((table - vector) ** 2, axis=1)))
+
+    def _check_finite(self, vector: np.ndarray) -> None:
+        if not np.all(np.isfinite(vector)):
+            raise MessageError(f'{self.type_name} on {self.topic} holds NaN or infinite values')
 
     def _table(self) -> tuple[tuple[float, ...], ...]:
         if self.table is None:

@@ -206,6 +206,30 @@ def test_env_side_bad_commands_are_one_line_message_errors(msg: Twist, message: 
         config().action.decode(msg)
 
 
+TWIST_CONTINUOUS = {'topic': '/cmd_vel', 'type': 'geometry_msgs/msg/Twist', 'fields': ['angular.z', 'linear.x']}
+
+
+def test_env_side_continuous_command_is_read_back_from_the_fields_in_order() -> None:
+    action = config(action=TWIST_CONTINUOUS).action
+    sent = np.float32([0.25, -1.5])
+    back = action.decode(set_fields(Twist(), action.encode(sent)), (2,))
+    assert back.dtype == np.float32 and back.shape == (2,)
+    np.testing.assert_array_equal(back, sent)
+    array = config(action={'topic': '/act', 'type': 'std_msgs/msg/Float32MultiArray'}).action
+    np.testing.assert_array_equal(array.decode(Float32MultiArray(data=[1.0, 2.0, 3.0, 4.0]), (2, 2)),
+                                  np.float32([[1.0, 2.0], [3.0, 4.0]]))
+
+
+@pytest.mark.parametrize('msg, shape, message', [
+    (twist_cmd(float('inf')), (2,), 'geometry_msgs/msg/Twist on /cmd_vel holds NaN or infinite values'),
+    (twist_cmd(0.1), (3,), "holds 2 values, the env's actions have 3"),
+])
+def test_env_side_bad_continuous_commands_are_one_line_message_errors(msg: Twist, shape: tuple[int, ...],
+                                                                      message: str) -> None:
+    with pytest.raises(MessageError, match=message):
+        config(action=TWIST_CONTINUOUS).action.decode(msg, shape)
+
+
 def write_adapter(tmp_path: Path, observation: dict, action: dict) -> Path:
     path = tmp_path / 'adapter.yaml'
     path.write_text(f'observation: {observation}\naction: {action}\n')
