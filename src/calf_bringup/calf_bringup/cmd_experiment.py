@@ -14,6 +14,7 @@ from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLES
 from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
 from calf_bringup.table9 import run_table9
+from calf_core.atomic import make_out_dir
 from calf_core.errors import ConfigError
 
 CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    args.out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(args.out, 'results directory')
     command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     names = [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
     if args.shared_out and not args.cluster:
