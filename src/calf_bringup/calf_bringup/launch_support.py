@@ -64,7 +64,7 @@ def _on_exit(name: str, retries: int, delay_s: float) -> Callable[[ProcessExited
             return None
         if event.returncode != 0 and failures < retries:
             failures += 1
-            return [LogInfo(msg=f'{name} exited with code {event.returncode} (its error is above): starting it '
+            return [LogInfo(msg=f'{name} exited with code {event.returncode}: starting it '
                                 f'again in {delay_s:g} s (restart {failures} of {retries})')]
         if event.returncode != 0:
             raise NodeFailed(f'{name} exited with code {event.returncode} (its error is above): stopping the launch')

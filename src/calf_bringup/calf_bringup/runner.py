@@ -139,6 +139,8 @@ class Graph:
         code = self.returncode(name)
         if code == 0:
             self._say(f'[calf] {name} finished: {then}')
+        elif code is not None and code < 0:
+            self._say(f'[calf] {name} was killed by {_signal_name(-code)}: {then}')
         else:
             last = next((line for line in reversed(self.tail(name)) if line.strip()), 'no output')
             self._say(f'[calf] {name} failed with code {code} ({last}): {then}')
@@ -262,6 +264,13 @@ def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
         os.killpg(process.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f'signal {number}'
 
 
 def _interrupt(signum: int, frame: object) -> None:
