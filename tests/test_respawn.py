@@ -138,3 +138,21 @@ def test_launch_respawn_brings_a_killed_policy_back_while_the_env_ticks(checkpoi
         if launch.survivors():
             launch.kill()
     assert code == 0, launch.output()
+
+
+def test_launch_respawn_still_ends_when_the_env_finishes(checkpoint: Path, tmp_path: Path) -> None:
+    """Launch's respawn restarts any exit; a node that finishes with code 0 must end the launch instead."""
+    missing = missing_launch_tools(command=True)
+    if missing is not None:
+        pytest.skip(str(missing))
+    from test_launch_system import Launch
+    launch = Launch(tmp_path, 'sim_net.launch.py', policy=str(checkpoint), network='wifi_normal', time_scale=SCALE,
+                    episodes='2', respawn='true', respawn_delay='0.5')
+    try:
+        assert launch.wait() == 0, launch.output()
+    finally:
+        if launch.survivors():
+            launch.kill()
+    out = launch.output()
+    assert 'env finished (exit code 0): stopping the launch' in out
+    assert len(re.findall(r'\[env_node-\d+\]: process started', out)) == 1, out
