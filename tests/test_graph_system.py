@@ -29,7 +29,7 @@ from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.ros_eval import evaluate_ros
 from calf_bringup.run_options import RunOptions
-from calf_bringup.runner import Graph, run_graph
+from calf_bringup.runner import Graph, Respawn, run_graph
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 from calf_msgs.msg import EpisodeResult
@@ -354,6 +354,32 @@ def test_run_graph_stops_all_when_one_node_fails(tmp_path: Path, monkeypatch: py
     assert '[calf] bad failed with code 3 (boom): stopping the other nodes' in sink.lines
     assert '[calf] bad exited with code 3' in sink.lines
     assert any(line.startswith('[calf] ok stopped with code') for line in sink.lines)  # maybe while starting up
+
+
+FAILS_ONCE = 'import pathlib, sys\nmark = pathlib.Path(sys.argv[0] + ".ran")\nif not mark.exists():\n' \
+             '    mark.touch(); print("crash", flush=True); raise SystemExit(3)\nprint("back", flush=True)'
+
+
+def test_respawn_restarts_a_failed_node_and_a_finished_one_ends_the_run(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr('calf_bringup.runner._install_root', lambda package: tmp_path)
+    sink = LineSink()
+    specs = [stand_in(tmp_path, 'ok', FOREVER), stand_in(tmp_path, 'flaky', FAILS_ONCE)]
+    assert run_graph(specs, output=sink, respawn=Respawn(retries=2, delay_s=0.01)) == 0
+    assert '[calf] flaky failed with code 3 (crash): starting it again in 0.01 s (restart 1 of 2)' in sink.lines
+    assert any(line.startswith('[calf] flaky started again (pid ') for line in sink.lines)
+    assert '[flaky] back' in sink.lines and '[calf] flaky finished: stopping the other nodes' in sink.lines
+    assert any(line.startswith('[calf] ok stopped with code') for line in sink.lines)
+
+
+def test_respawn_gives_up_after_its_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr('calf_bringup.runner._install_root', lambda package: tmp_path)
+    sink = LineSink()
+    specs = [stand_in(tmp_path, 'ok', FOREVER), stand_in(tmp_path, 'bad', 'print("boom"); raise SystemExit(3)')]
+    assert run_graph(specs, output=sink, respawn=Respawn(retries=2, delay_s=0.01)) == 1
+    assert sum('[calf] bad started again' in line for line in sink.lines) == 2
+    assert '[calf] bad failed with code 3 (boom): restarted 2 times already, stopping the other nodes' in sink.lines
+    assert '[calf] bad exited with code 3' in sink.lines
 
 
 def test_missing_executable_is_a_one_line_config_error(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from calf_agent.planner import train_planner
 from calf_agent.regimes import regime_profile, train_policy
 from calf_bringup.cli_args import MAX_EPISODES, count
 from calf_bringup.ros_eval import evaluate_ros
+from calf_core.atomic import check_out_parent
 from calf_core.profiles import load_profile
 
 DEMO_REGIMES = {'baseline': 60_000, 'full': 160_000}
@@ -33,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_parent(args.out, 'demo directory')  # the trainings create it
     rows = []
     for regime in (*DEMO_REGIMES, PLANS):
         policy = args.out / regime

@@ -15,6 +15,7 @@ from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLES, TableSpec, env_table
 from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
 from calf_bringup.table9 import run_table9
+from calf_core.atomic import make_out_dir
 from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
 
@@ -41,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     tables, names = _tables(args)
-    args.out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(args.out, 'results directory')
     command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     if args.shared_out and not args.cluster:
         raise ConfigError('--shared-out applies to --cluster runs only: add --cluster ray, or drop --shared-out')

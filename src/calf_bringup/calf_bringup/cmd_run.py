@@ -10,7 +10,7 @@ import sys
 from calf_agent.policy_runner import check_policy_env
 from calf_bringup.graph import build_graph
 from calf_bringup.run_options import IMPAIR, MODES, RunOptions, add_arguments
-from calf_bringup.runner import run_graph
+from calf_bringup.runner import Respawn, run_graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,4 +28,5 @@ def run(args: argparse.Namespace) -> int:
         print(f'calf run: warning: {note}', file=sys.stderr)
     if options.policy and options.mode != IMPAIR and options.placement != 'hierarchical' and options.role == 'all':
         check_policy_env(options.policy, options.env)
-    return run_graph(build_graph(options), options.domain_id)
+    respawn = Respawn(options.respawn_retries, options.respawn_delay) if options.respawn else None
+    return run_graph(build_graph(options), options.domain_id, respawn=respawn)

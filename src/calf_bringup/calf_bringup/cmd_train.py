@@ -14,6 +14,7 @@ from calf_agent.representation import Representation
 from calf_agent.trainer import cartpole_defaults
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
 from calf_bringup.distributed import run_training, training_graph
+from calf_core.atomic import check_out_parent
 from calf_core.envs import add_env_arguments, env_spec, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
@@ -68,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
+    check_out_parent(args.out, 'checkpoint directory')  # before any work: trainings create it
     if args.workers is not None:
         return _train_distributed(args, network)
     if args.learner_network or args.resume or args.sync != 'every':

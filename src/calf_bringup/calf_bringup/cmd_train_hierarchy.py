@@ -10,6 +10,7 @@ from calf_agent.hierarchy_train import train_hierarchy
 from calf_agent.regimes import REGIMES
 from calf_agent.subtasks import SUBTASKS
 from calf_bringup.cli_args import MAX_STEPS, count
+from calf_core.atomic import check_out_parent
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_parent(args.out, 'hierarchy directory')  # the trainings create it
     hierarchy, results = train_hierarchy(args.env, args.regime, args.seed, args.out, args.steps,
                                          progress=not args.quiet)
     print(json.dumps({'out': str(hierarchy.root), 'subpolicies': {

@@ -6,7 +6,9 @@ exist on a full ROS 2 install only (or from the launch bundle, see the README).
 A launch ends when its work ends: when any node exits on its own, the launch logs which one and
 with what code, and shuts the others down. A node that finished (the env node after ``episodes:=N``)
 ends the launch with exit code 0; a node that failed (exit code other than 0, e.g. a bad
-checkpoint at start-up) ends it with exit code 1, after the node's own error line.
+checkpoint at start-up) ends it with exit code 1, after the node's own error line. With
+``respawn:=true``, launch starts a failed node again (``respawn_delay``, ``respawn_retries``) and the
+launch ends only when a node finishes, or fails once more than ``respawn_retries`` allows.
 """
 from __future__ import annotations
 
@@ -37,9 +39,13 @@ def launch_description(mode: str) -> LaunchDescription:
         actions: list = [LogInfo(msg=f'warning: {note}') for note in options.warnings]
         if options.domain_id is not None:
             actions.append(SetEnvironmentVariable('ROS_DOMAIN_ID', str(options.domain_id)))
+        retries = options.respawn_retries if options.respawn else 0
         return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
                                namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
-                               additional_env=spec.additional_env, output='screen', on_exit=_on_exit(spec.name))
+                               additional_env=spec.additional_env, output='screen',
+                               respawn=options.respawn, respawn_delay=options.respawn_delay,
+                               respawn_max_retries=retries,
+                               on_exit=_on_exit(spec.name, retries, options.respawn_delay))
                           for spec in build_graph(options)]
 
     declared = [DeclareLaunchArgument(name, default_value=default, description=text)
@@ -47,12 +53,19 @@ def launch_description(mode: str) -> LaunchDescription:
     return LaunchDescription([*declared, OpaqueFunction(function=nodes)])
 
 
-def _on_exit(name: str) -> Callable[[ProcessExited, LaunchContext], list | None]:
-    """What happens when node ``name`` exits: nothing while the launch is shutting down, else a shutdown."""
+def _on_exit(name: str, retries: int, delay_s: float) -> Callable[[ProcessExited, LaunchContext], list | None]:
+    """What happens when node ``name`` exits: nothing while the launch is shutting down; after a failure
+    that launch's respawn will restart (``retries`` per node), a line saying so; else a shutdown."""
+    failures = 0
 
     def handler(event: ProcessExited, context: LaunchContext) -> list | None:
+        nonlocal failures
         if context.is_shutdown:
             return None
+        if event.returncode != 0 and failures < retries:
+            failures += 1
+            return [LogInfo(msg=f'{name} exited with code {event.returncode}: starting it '
+                                f'again in {delay_s:g} s (restart {failures} of {retries})')]
         if event.returncode != 0:
             raise NodeFailed(f'{name} exited with code {event.returncode} (its error is above): stopping the launch')
         return [LogInfo(msg=f'{name} finished (exit code 0): stopping the launch'),

@@ -102,6 +102,13 @@ OPTIONS: tuple[Option, ...] = (
                                                 'first tick, for a robot that must tick from power-on'),
     Option('policy_timeout', '0', float, 'the env node gives up (exits 1) when no action arrived this many seconds '
                                          'after its first observation; 0 waits forever'),
+    Option('respawn', 'false', _boolean, 'start a node that fails (exit code other than 0, or killed) again, so that '
+                                         'the others keep running; a node that finishes with code 0 still ends the '
+                                         'run. false: any node that exits stops them all', (NODES, SHIM)),
+    Option('respawn_delay', '1.0', float, 'seconds before a failed node is started again (with respawn)',
+           (NODES, SHIM)),
+    Option('respawn_retries', '5', int, 'restarts allowed per node (with respawn); one more failure stops the run',
+           (NODES, SHIM)),
     Option('config', '', _optional_path, 'relay config YAML: the topics to impair '
                                          '(see calf_bringup/config/impair_cmd_vel.yaml)', (SHIM,)),
     Option('trace_bag', '', _optional_path, 'record every relayed message (delay or loss) into this new rosbag2 '
@@ -138,6 +145,9 @@ class RunOptions:
     start_plan: tuple[int, ...] | None
     wait_for_policy: bool
     policy_timeout: float
+    respawn: bool
+    respawn_delay: float
+    respawn_retries: int
     config: Path | None
     trace_bag: Path | None
     domain_id: int | None
@@ -189,6 +199,11 @@ class RunOptions:
         _check_choice('mode', self.mode, (*MODES, IMPAIR))
         if not self.time_scale > 0:
             raise ConfigError(f'bad {self.spell("time_scale", f"{self.time_scale:g}")}: must be > 0')
+        if not 0 < self.respawn_delay <= 3600:
+            raise ConfigError(f'bad {self.spell("respawn_delay", f"{self.respawn_delay:g}")}: must be > 0 and at '
+                              f'most 3600 (seconds)')
+        if not 1 <= self.respawn_retries <= 1000:
+            raise ConfigError(f'bad {self.spell("respawn_retries", self.respawn_retries)}: must be 1 to 1000')
         if self.mode == IMPAIR:
             self._validate_impair()
             return

@@ -3,6 +3,10 @@
 Each node runs in its own process group, so that a Ctrl-C in the terminal reaches only this
 runner, which then stops every node the same way: SIGINT, a bounded wait, then SIGKILL.
 Output is forwarded line by line with a ``[name]`` prefix.
+
+By default a run ends when any node exits. With ``Respawn``, a node that fails (an exit code
+other than 0, or a signal) is started again after a delay, a bounded number of times; a node that
+finishes with code 0 (the env after ``episodes:=N``) still ends the run.
 """
 from __future__ import annotations
 
@@ -32,6 +36,13 @@ class NodeExit(NamedTuple):
     stopped: bool  # True when the runner stopped it, False when it exited on its own
 
 
+class Respawn(NamedTuple):
+    """Start a failed node again after ``delay_s`` seconds, at most ``retries`` times per node."""
+
+    retries: int
+    delay_s: float
+
+
 class _Child:
     """One running node: its process, the thread that forwards its output, its last lines."""
 
@@ -56,6 +67,7 @@ class Graph:
         self.domain_id, self.output = domain_id, output
         self.install_root, self.stop_timeout_s = install_root, stop_timeout_s
         self.exits: list[NodeExit] = []
+        self.restarts: list[NodeExit] = []  # the failures after which a node was started again
         self._children: dict[str, _Child] = {}
         self._lock = threading.Condition()
 
@@ -90,6 +102,22 @@ class Graph:
         child.reader = threading.Thread(target=self._forward, args=(child,), name=f'out-{spec.name}', daemon=True)
         child.reader.start()
 
+    def restart(self, name: str) -> None:
+        """Start node ``name`` again, after its process has exited; its failure goes to ``restarts``."""
+        child = self._child(name)
+        if child.process.poll() is None:
+            raise RuntimeError(f'{name} is still running')
+        if child.reader is not None:
+            child.reader.join()
+        self.restarts.append(NodeExit(name, child.process.returncode, False))
+        del self._children[name]
+        self._start(child.spec)
+        self._say(f'[calf] {name} started again (pid {self._children[name].process.pid})')
+
+    def pids(self) -> dict[str, int]:
+        """The process id of every node, by name."""
+        return {name: child.process.pid for name, child in self._children.items()}
+
     def _forward(self, child: _Child) -> None:
         """Copy the node's output with a ``[name]`` prefix until it closes, then record its exit."""
         assert child.process.stdout is not None
@@ -106,14 +134,16 @@ class Graph:
             with self._lock:
                 print(text, file=self.output, flush=True)
 
-    def say_why(self, name: str) -> None:
-        """Tell which node ``name`` ended the run, and why: finished, or failed with its last line."""
+    def say_why(self, name: str, then: str = 'stopping the other nodes') -> None:
+        """Tell which node ``name`` exited, and why (finished, or failed with its last line), and ``then`` what."""
         code = self.returncode(name)
         if code == 0:
-            self._say(f'[calf] {name} finished: stopping the other nodes')
+            self._say(f'[calf] {name} finished: {then}')
+        elif code is not None and code < 0:
+            self._say(f'[calf] {name} was killed by {_signal_name(-code)}: {then}')
         else:
             last = next((line for line in reversed(self.tail(name)) if line.strip()), 'no output')
-            self._say(f'[calf] {name} failed with code {code} ({last}): stopping the other nodes')
+            self._say(f'[calf] {name} failed with code {code} ({last}): {then}')
 
     def returncode(self, name: str) -> int | None:
         """The exit code of node ``name``, or None while it runs."""
@@ -184,22 +214,40 @@ class Graph:
             raise ConfigError(f'no node {name!r} in this graph (nodes: {", ".join(self._children)})') from None
 
 
-def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextIO = sys.stdout) -> int:
-    """Run until a node exits or Ctrl-C / SIGTERM arrives, then stop them all.
+def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextIO = sys.stdout,
+              respawn: Respawn | None = None) -> int:
+    """Run until a node exits (with ``respawn``: finishes, or fails once more than allowed) or
+    Ctrl-C / SIGTERM arrives, then stop them all.
 
-    Returns 0 when no node failed on its own, else 1. Ctrl-C and SIGTERM raise KeyboardInterrupt
-    once every node has been stopped.
+    Returns 0 when no node failed on its own at the end (restarted failures are reported, not
+    counted), else 1. Ctrl-C and SIGTERM raise KeyboardInterrupt once every node has been stopped.
     """
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with Graph(specs, domain_id, output) as graph:
-            print(f'[calf] running {", ".join(spec.name for spec in specs)}; Ctrl-C stops them', file=output)
-            ended = graph.wait_any()
-            if ended is not None:
-                graph.say_why(ended)
+            running = ', '.join(f'{name} (pid {pid})' for name, pid in graph.pids().items())
+            print(f'[calf] running {running}; Ctrl-C stops them', file=output, flush=True)
+            while (ended := graph.wait_any()) is not None:
+                if not _restarts(graph, ended, respawn):
+                    graph.say_why(ended)
+                    break
     finally:
         signal.signal(signal.SIGTERM, previous)
     return int(any(exit_.code != 0 and not exit_.stopped for exit_ in graph.exits))
+
+
+def _restarts(graph: Graph, name: str, respawn: Respawn | None) -> bool:
+    """Start the failed node ``name`` again when ``respawn`` allows it (saying why and when); False otherwise."""
+    if respawn is None or graph.returncode(name) == 0:
+        return False
+    done = sum(exit_.name == name for exit_ in graph.restarts)
+    if done >= respawn.retries:
+        graph.say_why(name, f'restarted {done} times already, stopping the other nodes')
+        return False
+    graph.say_why(name, f'starting it again in {respawn.delay_s:g} s (restart {done + 1} of {respawn.retries})')
+    threading.Event().wait(respawn.delay_s)
+    graph.restart(name)
+    return True
 
 
 def _install_root(package: str) -> Path:
@@ -216,6 +264,13 @@ def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
         os.killpg(process.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f'signal {number}'
 
 
 def _interrupt(signum: int, frame: object) -> None:

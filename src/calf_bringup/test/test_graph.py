@@ -29,6 +29,7 @@ from calf_bringup.graph import (
     param_text,
 )
 from calf_bringup.run_options import OPTIONS, RunOptions, launch_arguments
+from calf_bringup.runner import Respawn
 from calf_core.errors import ConfigError
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
@@ -198,7 +199,7 @@ def test_graph_is_a_deprecated_alias_of_placement(capsys: pytest.CaptureFixture[
     assert old.warnings == ('graph:= is deprecated: use placement:= (the old name goes in the next release)',)
     both = RunOptions.of('sim_net', placement='hierarchical', graph='flat_edge', policy='/ckpt')
     assert both.placement == 'hierarchical' and both.warnings  # the new name wins
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: 0)
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: 0)
     assert cli.main(['run', 'sim_net', '--policy', '/ckpt', '--graph', 'flat_edge']) == 0
     assert 'calf run: warning: --graph is deprecated: use --placement' in capsys.readouterr().err
 
@@ -206,7 +207,8 @@ def test_graph_is_a_deprecated_alias_of_placement(capsys: pytest.CaptureFixture[
 def test_one_table_feeds_calf_run_the_launch_files_and_the_options() -> None:
     held = {f.name for f in dataclasses.fields(RunOptions)} - {'mode', 'interface', 'warnings'}
     assert held == {o.name for o in OPTIONS if not o.replaced_by}
-    assert [name for name, _, _ in launch_arguments('shim')] == ['seed', 'time_scale', 'config', 'trace_bag',
+    assert [name for name, _, _ in launch_arguments('shim')] == ['seed', 'time_scale', 'respawn', 'respawn_delay',
+                                                                 'respawn_retries', 'config', 'trace_bag',
                                                                  'domain_id', 'discovery']
     defaults = RunOptions.from_text('sim_net', {name: default for name, default, _ in launch_arguments('nodes')})
     assert defaults == RunOptions.of('sim_net', interface='launch')
@@ -256,17 +258,37 @@ def test_env_node_gets_the_start_plan_of_the_policy_checkpoint_or_the_argument(t
 
 def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append((specs, domain_id)) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append((specs, domain_id)) or 0)
     argv = ['run', 'edge_sim', '--role', 'edge', '--network', 'wifi_degraded', '--domain-id', '9', '--seed', '7',
             '--time-scale', '4', '--episodes', '3']
     assert cli.main(argv) == 0
     assert started == [([env_node(7, 4.0, 3), shim_node('wifi_degraded', 7, 4.0)], 9)]
 
 
+def test_calf_run_respawn_flags_become_the_runners_respawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = []
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append(respawn) or 0)
+    assert cli.main(['run', 'edge_sim', '--role', 'edge']) == 0
+    assert cli.main(['run', 'edge_sim', '--role', 'edge', '--respawn', 'true', '--respawn-delay', '2.5',
+                     '--respawn-retries', '3']) == 0
+    assert started == [None, Respawn(retries=3, delay_s=2.5)]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--respawn', 'yes'], 'bad --respawn yes: must be true or false'),
+    (['--respawn-delay', '0'], 'bad --respawn-delay 0: must be > 0 and at most 3600 (seconds)'),
+    (['--respawn-retries', '0'], 'bad --respawn-retries 0: must be 1 to 1000'),
+])
+def test_bad_respawn_flags_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(['run', 'edge_sim', '--role', 'edge', *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and message in err
+
+
 def test_calf_run_passes_a_start_plan_to_the_env_node(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append(specs) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append(specs) or 0)
     assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,1]']) == 0
     assert started[0][0].parameters['start_plan'] == [0, 1]
     assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,']) == 2
@@ -303,7 +325,7 @@ def test_impair_without_a_valid_config_is_a_config_error(config: str, message: s
 
 def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append((specs, domain_id)) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append((specs, domain_id)) or 0)
     assert cli.main(['run', 'impair', '--config', str(IMPAIR_CONFIG), '--seed', '3', '--domain-id', '9']) == 0
     assert started == [(impair_graph(RunOptions.of('impair', config=IMPAIR_CONFIG, seed=3)), 9)]
 
@@ -311,7 +333,7 @@ def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch
 def test_calf_run_impair_passes_a_new_trace_bag_to_the_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id: started.append(specs) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append(specs) or 0)
     argv = ['run', 'impair', '--config', str(IMPAIR_CONFIG), '--trace-bag', str(tmp_path / 'trace')]
     assert cli.main(argv) == 0
     assert started[0][0].parameters['trace_bag'] == str(tmp_path / 'trace')

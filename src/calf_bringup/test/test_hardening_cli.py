@@ -56,6 +56,11 @@ def test_synth_too_many_messages_is_refused_before_allocating(tmp_path: Path, ca
 @pytest.mark.parametrize('argv', [
     ['trace', 'synth', '--profile', 'wifi_normal', '--duration', '1'],
     ['trace', 'recover', 'no_such_bag'],
+    ['train', '--env', 'cartpole', '--regime', 'baseline', '--steps', '64'],
+    ['train', '--env', 'cartpole', '--regime', 'baseline', '--planner', 'model', '--plan-horizon', '4'],
+    ['train-hierarchy', '--steps', '64'],
+    ['experiment', 'table4', '--seeds', '1'],
+    ['demo'],
 ])
 def test_out_creates_only_its_own_directory(tmp_path: Path, argv: list[str],
                                             capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,11 +53,20 @@ def replacing(path: Path, mode: str = 'w', **open_args: object) -> Iterator[IO]:
     _sync_dir(path.parent)
 
 
-def make_out_dir(path: Path, what: str = 'output directory') -> Path:
-    """Create ``path`` itself (it may exist); its parent must already exist (one-line ConfigError)."""
+def check_out_parent(path: Path, what: str = 'output directory') -> Path:
+    """``path``, whose parent must already exist (else a one-line ConfigError naming what to create).
+
+    Commands call it before any work, so that a mistyped ``--out`` fails at once and creates nothing.
+    """
     path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise ConfigError(f'the parent of {what} {str(path)!r} does not exist: create {str(path.parent)!r} first')
+    return path
+
+
+def make_out_dir(path: Path, what: str = 'output directory') -> Path:
+    """Create ``path`` itself (it may exist); its parent must already exist (one-line ConfigError)."""
+    path = check_out_parent(path, what)
     try:
         path.mkdir(exist_ok=True)
     except FileExistsError:
