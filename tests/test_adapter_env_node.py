@@ -36,7 +36,7 @@ from calf_ros.qos import RESULTS
 from calf_shim.generic_shim_node import GenericShimNode
 
 pytestmark = pytest.mark.ros
-SCALE = 4.0
+SCALE = 2.0  # 10 ms ticks: the in-process graph keeps up on a loaded 2-core machine
 OBSERVATION = {'topic': '/ae/joint_states', 'type': 'sensor_msgs/msg/JointState',
                'joints': ['cart_slider', 'pole_hinge'], 'fields': ['position', 'velocity']}
 ACTION = {'topic': '/ae/cmd_vel', 'type': 'geometry_msgs/msg/Twist', 'fields': ['linear.x'],
@@ -145,7 +145,7 @@ def test_a_trained_policy_drives_the_adapter_env_through_the_generic_shim(stack:
     stack.executor.remove_node(shim)
     shim.destroy_node()
     trace = read_trace_bag(tmp_path / 'link')
-    for direction in (trace.uplink, trace.downlink):  # in model time: the profile's 5 ms at time_scale 4
+    for direction in (trace.uplink, trace.downlink):  # in model time: the profile's 5 ms at any time_scale
         assert len(direction) >= sum(returns) / 2 and not direction.lost.any()
         assert np.median(direction.delays_ms) == pytest.approx(5.0, abs=0.05) and direction.delays_ms.min() > 4.95
 
