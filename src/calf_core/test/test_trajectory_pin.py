@@ -1,0 +1,83 @@
+"""Seeded wrapped trajectories, pinned: observations, rewards, every info value and the links' draws.
+
+The digests were taken before the per-step work of ``NetworkedEnv`` was optimised; a speed-up must
+leave them unchanged. A change of behaviour that is meant (new timing rule, new info key) updates
+them in the same commit, saying why.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import calf_core
+
+
+def _feed(digest: Any, value: Any) -> None:
+    """Hash ``value`` exactly: arrays by dtype, shape and bytes; containers element by element."""
+    if isinstance(value, np.ndarray):
+        digest.update(f'{value.dtype}{value.shape}'.encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            digest.update(f'{key}:'.encode())
+            _feed(digest, value[key])
+    elif isinstance(value, (tuple, list)):
+        digest.update(f'{type(value).__name__}{len(value)}'.encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f'{type(value).__name__}={value!r};'.encode())
+
+
+def trajectory_digest(env_id: str, network: str, plan_horizon: int, steps: int) -> str:
+    """sha256 of a seeded run of ``steps`` wrapped steps (resets included) with seeded random actions."""
+    env = calf_core.wrap(gym.make(env_id), network=network, seed=3, plan_horizon=plan_horizon)
+    env.action_space.seed(5)
+    digest = hashlib.sha256()
+    obs, info = env.reset(seed=7)
+    _feed(digest, (obs, info))
+    for _ in range(steps):
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        _feed(digest, (obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            obs, info = env.reset()
+            _feed(digest, (obs, info))
+    for link in (env.uplink, env.downlink):
+        _feed(digest, (vars(link.stats), link._rng.bit_generator.state['state']))
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize('env_id, network, plan_horizon, expected', [
+    ('CartPole-v1', 'wifi_normal', 1,
+     '1e379e0d5f104210f6bafcc21c8fab49e05fc3e21caf4aea5726be95e22ca445'),
+    ('CartPole-v1', 'wifi_degraded', 3,
+     '23937bbd35aa6fa49726d91fcea9bea87942afd915a958c1d12242683e27c6b9'),
+    ('InvertedPendulum-v5', 'wifi_normal', 1,
+     '8c17507c37f861879e00abc7a0e71077ab2967b9e62efa51b92e5dab64b4e921'),
+    ('InvertedPendulum-v5', 'wifi_degraded', 2,
+     '0c089ab358e56cd688925f204f55f89e012cc9a7d5304ab886725140050ecccb'),
+])
+def test_seeded_trajectory_is_pinned(env_id: str, network: str, plan_horizon: int, expected: str) -> None:
+    if env_id.startswith('Inverted'):
+        pytest.importorskip('mujoco')
+    assert trajectory_digest(env_id, network, plan_horizon, 600) == expected
+
+
+def test_a_deep_copied_info_is_equal_and_independent() -> None:
+    env = calf_core.wrap(gym.make('CartPole-v1'), network='wifi_degraded', seed=0, plan_horizon=2)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(env.action_space.sample())
+    info['nested'] = {'list': [1.0]}  # a wrapper may add mutable values (Monitor adds info['episode'])
+    copied = copy.deepcopy(info)
+    assert copied.keys() == info.keys()
+    assert hashlib.sha256(repr(sorted((k, repr(v)) for k, v in copied.items())).encode()).digest() == \
+        hashlib.sha256(repr(sorted((k, repr(v)) for k, v in info.items())).encode()).digest()
+    copied['executed'][0, 0] ^= 1
+    copied['nested']['list'].append(2.0)
+    assert info['executed'][0, 0] != copied['executed'][0, 0]
+    assert info['nested'] == {'list': [1.0]}
