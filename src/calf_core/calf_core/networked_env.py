@@ -26,6 +26,7 @@ the observation at decision time), ``obs_lost``/``actions_lost`` (this episode) 
 """
 from __future__ import annotations
 
+import copy
 from heapq import heappop
 from typing import Any, NamedTuple
 
@@ -39,6 +40,39 @@ from calf_core.timing import ObservationGate, ObsRecord, Stepper
 
 MESSAGE_OVERHEAD_BYTES = 64
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
+
+
+_IMMUTABLE = frozenset({int, float, bool, str, type(None)})
+
+
+class StepInfo(dict):
+    """A step's ``info``: a plain dict whose deep copy shares the values that cannot change.
+
+    SB3's ``DummyVecEnv`` deep-copies every step's infos. ``copy.deepcopy`` walks each value in
+    Python; this copy keeps ints, floats, bools, strings and tuples of those as they are (immutable,
+    so sharing them is a deep copy), copies numeric arrays (``executed``) and deep-copies everything
+    else (values a wrapper added), so the copy is equal and independent as ``copy.deepcopy`` of a dict
+    would make it.
+    """
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StepInfo:
+        copied = StepInfo(self)
+        memo[id(self)] = copied
+        immutable, deepcopy = _IMMUTABLE, copy.deepcopy
+        for key, value in self.items():
+            kind = type(value)
+            if kind in immutable or (kind is tuple and immutable.issuperset(map(type, value))):
+                continue
+            if kind is np.ndarray and not value.dtype.hasobject:  # ``executed``: what deepcopy does, directly
+                twin = memo.get(id(value))
+                if twin is None:
+                    twin = memo[id(value)] = value.copy()
+                copied[key] = twin
+            else:
+                copied[key] = deepcopy(value, memo)
+        return copied
 
 
 class SentPlan(NamedTuple):
@@ -219,10 +253,9 @@ class NetworkedEnv(gym.Env):
         new_e2e = tuple(e2e[self._e2e_seen:]) if len(e2e) > self._e2e_seen else ()
         self._e2e_seen = len(e2e)
         executed, self._executed = self._executed, np.zeros(self._executed_shape, np.uint8)
-        return {'ticks': self._ticks, 'e2e_ms': new_e2e, 'obs_seq': record.seq,
-                'obs_age_ms': (self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
-                'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
-                'executed': executed}
+        return StepInfo(ticks=self._ticks, e2e_ms=new_e2e, obs_seq=record.seq,
+                        obs_age_ms=(self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
+                        obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed)
 
 
 def _plan_space(space: gym.Space, plan_horizon: int) -> gym.Space:

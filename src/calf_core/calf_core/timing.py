@@ -55,6 +55,8 @@ class Verdict(enum.Enum):
 # Python-level constructor.
 _ACCEPTED, _STALE, _DUPLICATE = Verdict.ACCEPTED, Verdict.STALE, Verdict.DUPLICATE
 _new = tuple.__new__
+SMALL_ACTION = 64
+"""Largest Box action size whose bounds ``Stepper`` checks element by element in Python."""
 
 class AppliedAction(NamedTuple):
     """The action applied at one tick and where it came from."""
@@ -219,9 +221,15 @@ class Stepper:
         self.continuous = isinstance(space, gym.spaces.Box)
         self.n_actions = 0 if self.continuous else int(space.n)  # 0 for Box actions
         self.action_shape: tuple[int, ...] = tuple(space.shape) if self.continuous else ()
+        # a Discrete action reaches the env as the space's numpy integer, as vector envs pass it: a Python
+        # int makes gymnasium's Discrete.contains (asserted in env.step) build an np.iinfo every tick
+        self._env_action: Any = None if self.continuous else space.dtype.type
         if self.continuous:
             self._low, self._high = space.low, space.high
             self._unbounded = not (np.isfinite(space.low).all() and np.isfinite(space.high).all())
+            # small actions are checked on Python floats: two numpy reductions cost more than the loop
+            self._bounds = tuple(zip(space.low.reshape(-1).tolist(), space.high.reshape(-1).tolist())) \
+                if space.low.size <= SMALL_ACTION else None
         self.executor = PlanExecutor(self.spec, space)
         self._success_on_truncation = self.spec.success is SuccessRule.TIME_LIMIT
 
@@ -262,7 +270,9 @@ class Stepper:
             raise RuntimeError('tick() after the episode ended: call reset() first')
         self.tick_index = tick = self.tick_index + 1
         applied = self.executor.action_for_tick(tick)
-        obs, reward, terminated, truncated, _ = self.env.step(applied.action)
+        action = applied.action
+        obs, reward, terminated, truncated, _ = self.env.step(
+            action if self._env_action is None else self._env_action(action))
         reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
         summary = self._summary
         assert summary is not None
@@ -306,12 +316,22 @@ class Stepper:
                 value = np.asarray(action, dtype=np.float32)
             except (TypeError, ValueError):
                 return None
-            # NaN fails both comparisons; infinity fails them unless the bound is infinite too
-            if value.shape != shape or not ((low <= value).all() and (value <= high).all()) or (
-                    self._unbounded and not np.isfinite(value).all()):
+            if value.shape != shape or not self._within_bounds(value, low, high):
                 return None
             checked.append(value)
         return tuple(checked) if checked else None
+
+    def _within_bounds(self, value: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+        """Whether ``value`` (of the action shape) is finite and within the bounds. NaN fails both
+        comparisons; infinity fails them unless the bound is infinite too, hence the finiteness check."""
+        bounds = self._bounds
+        if bounds is None:
+            return bool((low <= value).all() and (value <= high).all()) and not (
+                self._unbounded and not np.isfinite(value).all())
+        for x, (lo, hi) in zip(value.ravel().tolist(), bounds):
+            if not lo <= x <= hi:
+                return False
+        return not self._unbounded or all(map(math.isfinite, value.ravel().tolist()))
 
     def _count_rejected(self) -> None:
         if self._summary is not None:
