@@ -82,6 +82,15 @@ class DrawBuffer:
         self._next = i + 1
         return self._values[i]
 
+    def take_two(self, rng: np.random.Generator) -> tuple[float, float]:
+        """``(take(rng), take(rng))`` in one call."""
+        i = self._next
+        values = self._values
+        if i + 2 <= len(values) and rng is self._rng:
+            self._next = i + 2
+            return values[i], values[i + 1]
+        return self.take(rng), self.take(rng)
+
 
 class IndependentStage(SingleCopyStage):
     """A stage that delays or loses each packet independently of all others and of time.

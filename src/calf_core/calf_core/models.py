@@ -174,8 +174,9 @@ class GilbertElliottLoss(SingleCopyStage):
         uniform = self._uniform
         if self._bad is None:
             self._bad = uniform.take(rng) < self.pi_bad
-        lost = uniform.take(rng) < (self.loss_bad if self._bad else self.loss_good)
-        flip = uniform.take(rng) < (self.p_bad_to_good if self._bad else self.p_good_to_bad)
+        loss_draw, flip_draw = uniform.take_two(rng)
+        lost = loss_draw < (self.loss_bad if self._bad else self.loss_good)
+        flip = flip_draw < (self.p_bad_to_good if self._bad else self.p_good_to_bad)
         self._bad = self._bad != flip
         return None if lost else arrive_s
 

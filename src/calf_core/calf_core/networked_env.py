@@ -20,7 +20,8 @@ Actions follow the inner env's space: ``Discrete`` (an int, or with ``plan_horiz
 clipped to the bounds before they are sent). ``info`` also holds ``ticks`` (env ticks this step),
 ``e2e_ms`` (end-to-end latencies of actions that arrived this step), ``obs_seq``, ``obs_age_ms`` (age of
 the observation at decision time), ``obs_lost``/``actions_lost`` (this episode) and, on the last step,
-``episode_e2e_ms``, ``success`` and ``ticks_held``.
+``episode_e2e_ms``, ``success`` and ``ticks_held``. ``info`` is a :class:`StepInfo`, a dict whose deep
+copy (SB3's ``DummyVecEnv`` makes one every step) shares its immutable values.
 
 :mod:`calf_core.vector_networked` applies the same rules to many CartPoles at once, in numpy.
 """
