@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import pickle
 from typing import Any
 
 import gymnasium as gym
@@ -68,15 +69,15 @@ def test_seeded_trajectory_is_pinned(env_id: str, network: str, plan_horizon: in
     assert trajectory_digest(env_id, network, plan_horizon, 600) == expected
 
 
-def test_a_deep_copied_info_is_equal_and_independent() -> None:
+def test_a_deep_copied_or_pickled_info_is_equal_and_independent() -> None:
     env = calf_core.wrap(gym.make('CartPole-v1'), network='wifi_degraded', seed=0, plan_horizon=2)
     env.reset(seed=0)
     _, _, _, _, info = env.step(env.action_space.sample())
     info['nested'] = {'list': [1.0]}  # a wrapper may add mutable values (Monitor adds info['episode'])
     copied = copy.deepcopy(info)
-    assert copied.keys() == info.keys()
-    assert hashlib.sha256(repr(sorted((k, repr(v)) for k, v in copied.items())).encode()).digest() == \
-        hashlib.sha256(repr(sorted((k, repr(v)) for k, v in info.items())).encode()).digest()
+    for twin in (copied, pickle.loads(pickle.dumps(info))):  # SubprocVecEnv pickles infos
+        assert type(twin) is type(info) and twin.keys() == info.keys()
+        assert sorted((k, repr(v)) for k, v in twin.items()) == sorted((k, repr(v)) for k, v in info.items())
     copied['executed'][0, 0] ^= 1
     copied['nested']['list'].append(2.0)
     assert info['executed'][0, 0] != copied['executed'][0, 0]
