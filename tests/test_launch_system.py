@@ -1,13 +1,16 @@
 """``ros2 launch`` for real: each launch file runs as a user runs it, in this test run's private domain.
 
-A launch of ``episodes:=3`` must deliver three EpisodeResults with real actions, exit by itself with
-code 0 and leave no node behind (its nodes share the launch's session, which is checked for
+A launch of ``episodes:=3`` must play three counted episodes with real actions (read from the env node's
+episode log lines: a DDS listener in this process does not always finish discovery before so short a run
+ends; EpisodeResults over DDS are checked in test_env_policy_nodes.py and the parity tests), exit by
+itself with code 0 and leave no node behind (its nodes share the launch's session, which is checked for
 survivors). The policy is a freshly initialised agent: these tests are about the launch, not about
 learning. Skipped, naming what is missing, where ``ros2 launch`` is not installed (README: launch bundle).
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -23,8 +26,6 @@ from std_msgs.msg import String
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
 from calf_bringup.launch_tools import missing_launch_tools
-from calf_msgs.msg import EpisodeResult
-from calf_ros.qos import RESULTS
 
 MISSING = missing_launch_tools(command=True)
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
@@ -40,15 +41,13 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Listener:
-    """A node on a private context that receives EpisodeResults; ``until`` spins it while waiting."""
+    """A node on a private context that talks to a launch's topics; ``until`` spins it while waiting."""
 
     def __init__(self) -> None:
         self.context = new_context()
         self.node = rclpy.create_node('launch_test', context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
-        self.results: list[EpisodeResult] = []
-        self.node.create_subscription(EpisodeResult, '/calf/edge/episode_result', self.results.append, RESULTS)
 
     def until(self, condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
         return spin_until(self.executor, condition, timeout_s)
@@ -125,20 +124,22 @@ def launches() -> Iterator[list[Launch]]:
             launch.kill()
 
 
-def assert_three_driven_episodes(listener: Listener, launch: Launch) -> None:
-    assert listener.until(lambda: len(listener.results) >= 3, 10.0), launch.output()
-    assert [r.seq for r in listener.results] == [0, 1, 2]
-    assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in listener.results), listener.results
+EPISODE_LINE = re.compile(r'\[calf\.env\]: episode (\d+): return \S+, length \d+, e2e p50 (\S+) ms')
+
+
+def assert_three_driven_episodes(launch: Launch) -> None:
+    """The env counted episodes 0, 1 and 2, and in each one actions arrived (an E2E latency was measured)."""
+    episodes = EPISODE_LINE.findall(launch.output())
+    assert [int(k) for k, _ in episodes] == [0, 1, 2], launch.output()
+    assert all(p50 != 'nan' for _, p50 in episodes), launch.output()
 
 
 def test_sim_net_launch_plays_its_episodes_and_exits_by_itself(checkpoint: Path, tmp_path: Path,
                                                               launches: list[Launch]) -> None:
-    with Listener() as listener:
-        launches.append(launch := Launch(tmp_path, 'sim_net.launch.py', policy=str(checkpoint),
-                                         network='wifi_normal', episodes='3', time_scale=SCALE))
-        assert listener.until(lambda: launch.process.poll() is not None), launch.output()
-        assert launch.wait() == 0, launch.output()
-        assert_three_driven_episodes(listener, launch)
+    launches.append(launch := Launch(tmp_path, 'sim_net.launch.py', policy=str(checkpoint),
+                                     network='wifi_normal', episodes='3', time_scale=SCALE))
+    assert launch.wait() == 0, launch.output()
+    assert_three_driven_episodes(launch)
     out = launch.output()
     assert 'waiting for a policy' in out and 'env finished (exit code 0): stopping the launch' in out
     assert launch.survivors() == []
@@ -147,14 +148,12 @@ def test_sim_net_launch_plays_its_episodes_and_exits_by_itself(checkpoint: Path,
 def test_edge_and_desktop_launches_find_each_other(checkpoint: Path, tmp_path: Path,
                                                    launches: list[Launch]) -> None:
     """The edge launch (env + shim) ends after its episodes; the desktop one (policy) serves until Ctrl-C."""
-    with Listener() as listener:
-        common = {'network': 'delay_only', 'time_scale': SCALE}
-        launches.append(edge := Launch(tmp_path, 'edge_sim.launch.py', role='edge', episodes='3', **common))
-        launches.append(desktop := Launch(tmp_path, 'edge_sim.launch.py', role='desktop',
-                                          policy=str(checkpoint), **common))
-        assert listener.until(lambda: edge.process.poll() is not None), edge.output() + desktop.output()
-        assert edge.wait() == 0, edge.output() + desktop.output()
-        assert_three_driven_episodes(listener, edge)
+    common = {'network': 'delay_only', 'time_scale': SCALE}
+    launches.append(edge := Launch(tmp_path, 'edge_sim.launch.py', role='edge', episodes='3', **common))
+    launches.append(desktop := Launch(tmp_path, 'edge_sim.launch.py', role='desktop',
+                                      policy=str(checkpoint), **common))
+    assert edge.wait() == 0, edge.output() + desktop.output()
+    assert_three_driven_episodes(edge)
     assert desktop.process.poll() is None, desktop.output()
     assert desktop.interrupt() == 0, desktop.output()
     assert edge.survivors() == [] and desktop.survivors() == []
