@@ -25,6 +25,7 @@ from ros_helpers import new_context, spin_until
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import train_planner
 from calf_agent.regimes import train_policy
+from calf_agent.representation import Representation
 from calf_bringup import cli
 from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.ros_eval import evaluate_ros
@@ -63,6 +64,16 @@ def continuous_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp('policy') / 'inverted_pendulum_full'
     train_policy('InvertedPendulum-v5', 'full_net_aware', seed=0, out_dir=out, steps=8192, regime='full',
                  progress=False)
+    return out
+
+
+@pytest.fixture(scope='module')
+def delay_state_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CartPole policy that reads the delay state (Observation.applied_obs_seq/applied_index), trained
+    briefly under full_net_aware: its deterministic episodes last about 120 ticks under wifi_normal."""
+    out = tmp_path_factory.mktemp('policy') / 'cartpole_delay_state'
+    train_policy('cartpole', 'full_net_aware', seed=0, out_dir=out, steps=8192, regime='full', progress=False,
+                 rep=Representation(frames=4, actions=4, delay_state=True))
     return out
 
 
@@ -156,14 +167,16 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
 @pytest.mark.slow
 @pytest.mark.ros
 @pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded'),
-                                                 ('continuous_policy', 'wifi_normal')])
+                                                 ('continuous_policy', 'wifi_normal'),
+                                                 ('delay_state_policy', 'wifi_normal')])
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """One policy, 20 episodes per backend: returns agree, and the live graph pays the modelled delays; the
     ros episodes are the env's first 20, each played with the policy (no start-up episode before it answered).
 
     Single actions run under wifi_normal, for CartPole and for a continuous task (InvertedPendulum-v5, its
-    torques in Action.continuous). Plans (H = 8, from the model planner, with the env's start
+    torques in Action.continuous), and for a CartPole policy that reads the delay state, which reaches the
+    policy node in Observation's applied_obs_seq and applied_index and the virtual-time policy in info. Plans (H = 8, from the model planner, with the env's start
     plan) run under wifi_degraded, where their return depends on when each plan arrives: the same
     planner with H = 4 and lead 1 scores about 40 there in virtual time, with H = 8 and lead 3 about 130.
 

@@ -65,9 +65,10 @@ def _representation(value: Any, name: str) -> None:
         raise _Bad(f'{name} must be an object like {{"frames": 1, "actions": 0}}, got {_short(value)}')
     _int(value.get('frames', 1), f'{name}.frames', 1, MAX_FRAMES)
     _int(value.get('actions', 0), f'{name}.actions', 0, MAX_ACTION_HISTORY)
-    if not isinstance(value.get('obs_age', False), bool):
-        raise _Bad(f'{name}.obs_age must be true or false, got {_short(value["obs_age"])}')
-    extra = sorted(set(value) - {'frames', 'actions', 'obs_age'})
+    for flag in ('obs_age', 'delay_state'):
+        if not isinstance(value.get(flag, False), bool):
+            raise _Bad(f'{name}.{flag} must be true or false, got {_short(value[flag])}')
+    extra = sorted(set(value) - {'frames', 'actions', 'obs_age', 'delay_state'})
     if extra:
         raise _Bad(f'{name} has unknown fields {extra}')
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.policy_runner import check_action_space
-from calf_agent.representation import HistoryFeatures, Representation, observation_age_s
+from calf_agent.representation import HistoryFeatures, Representation, observation_age_s, observation_facts
 from calf_core.envs import make_networked_env
 from calf_core.profiles import Profile
 
@@ -84,7 +84,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
             obs, _, terminated, truncated, info = envs[i].step(action)
             if not (terminated or truncated):
                 feats[i] = histories[i].update(obs, int(np.asarray(action).reshape(-1)[0]),
-                                               observation_age_s(rep, info))
+                                               observation_age_s(rep, info), observation_facts(rep, info))
                 seqs[i] = info['obs_seq']
                 continue
             summary = envs[i].stepper.finish()
@@ -102,7 +102,8 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
 def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int]:
     """Reset ``env`` for a new episode: the first features and the tick of the observation."""
     obs, info = env.reset(seed=seed)
-    return history.reset(obs, observation_age_s(history.rep, info)), int(info['obs_seq'])
+    rep = history.rep
+    return history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info)), int(info['obs_seq'])
 
 
 def _reset_state(state: Any, rows: np.ndarray) -> Any:

@@ -29,7 +29,7 @@ from calf_core.events import ACTION, OBS, TICK, BusyPolicy, Event, EventQueue
 from calf_core.link import Link
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
 from calf_core.profiles import Profile, load_profile
-from calf_core.timing import EpisodeSummary, ObsRecord, Stepper
+from calf_core.timing import EpisodeSummary, ObsRecord, Stepper, applied_facts
 
 
 def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
@@ -101,7 +101,7 @@ class HierarchySim:
         """Observation ``record`` reaches the arbiter and the edge sub-policies now, the desktop later."""
         self.arbiter.on_observation(record.episode, record.seq, record.obs)
         for name, runner in self.edge.items():
-            plan = runner.on_observation(record.episode, record.seq, record.obs, _ended(record))
+            plan = runner.on_observation(record.episode, record.seq, record.obs, _ended(record), 0, *applied_facts(record))
             if plan is not None:
                 self._arrive(name, record, plan, now_ns)
         if self.desktop:
@@ -123,7 +123,8 @@ class HierarchySim:
         """The desktop sub-policy takes ``record`` now, or keeps it as the newest while busy."""
         if record is None or not desktop.policy.offer(event.time_ns, record):
             return
-        plan = desktop.runner.on_observation(record.episode, record.seq, record.obs, _ended(record))
+        plan = desktop.runner.on_observation(record.episode, record.seq, record.obs, _ended(record), 0,
+                                             *applied_facts(record))
         if plan is None:
             return
         send_ns = event.time_ns + self.compute_ns

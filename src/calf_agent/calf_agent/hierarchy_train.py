@@ -25,7 +25,7 @@ SILENCE_TIMEOUT_S = {'cartpole': 0.2, 'minigrid': 1.0}  # about 10 ticks of each
 
 def subpolicy_representation(env: str, network: str) -> Representation:
     """The regime's frame stack without action history (see the module doc)."""
-    return replace(default_representation(env, load_profile(network)), actions=0)
+    return replace(default_representation(env, load_profile(network)), actions=0, delay_state=False)
 
 
 def train_subpolicy(env: str, sub: SubPolicy, regime: str, seed: int, out_dir: Path, steps: int | None,

@@ -39,6 +39,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'regime': ('full', 'regime name recorded in the checkpoint'),
     'frames': (0, 'frame stack k; 0: the network\'s default'),
     'action_history': (-1, 'actions remembered; -1: the network\'s default'),
+    'delay_state': (-1, 'the delay state in the features: 1 on, 0 off, -1: the default'),
     'steps': (100_000, 'env steps to train for, summed over workers'),
     'seed': (0, 'seed of the learner\'s torch and of the evaluations'),
     'sync': ('every', 'every, period:K or aps:DELTA'),
@@ -66,7 +67,8 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
     profile = load_profile(p['network'])
     default = default_representation(p['env'], profile)
     rep = Representation(frames=p['frames'] or default.frames,
-                         actions=default.actions if p['action_history'] < 0 else p['action_history'])
+                         actions=default.actions if p['action_history'] < 0 else p['action_history'],
+                         delay_state=default.delay_state if p['delay_state'] < 0 else bool(p['delay_state']))
     base = cartpole_defaults()
     env_config = {'env': p['env'], 'network': p['network'], 'regime': p['regime'], 'representation': rep.as_dict(),
                   'plan_horizon': 1, 'num_steps': p['num_steps']}

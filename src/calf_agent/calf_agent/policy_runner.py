@@ -19,7 +19,7 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import Agent
-from calf_agent.representation import HistoryFeatures, Representation
+from calf_agent.representation import HistoryFeatures, ObsFacts, Representation
 from calf_core.timing import ObservationGate
 
 Plan = list[int] | np.ndarray
@@ -71,12 +71,14 @@ class PolicyRunner:
         agent, meta = load_checkpoint(ckpt_dir)
         return cls(agent, meta, deterministic)
 
-    def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool,
-                       run: int = 0) -> Plan | None:
+    def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool, run: int = 0,
+                       applied_obs_seq: int = -1, applied_index: int = -1) -> Plan | None:
         """The plan (H actions) answering this observation, or None when it is not acted on.
 
         ``terminated`` means the episode ended at this observation (terminated or truncated).
-        Observations no newer than the last one acted on are skipped.
+        ``applied_obs_seq`` and ``applied_index`` say which action the env applied at its tick (see
+        ``Observation``; a delay-state representation reads them). Observations no newer than the
+        last one acted on are skipped.
         """
         obs = np.asarray(obs, dtype=np.float32).reshape(-1)
         if obs.size != self.obs_size:
@@ -84,10 +86,11 @@ class PolicyRunner:
         new_episode = self._gate.is_new_episode(episode) or run != self._gate.run
         if not self._gate.admit(episode, seq, run) or terminated:
             return None
+        facts = ObsFacts(seq, applied_obs_seq, applied_index) if self.rep.delay_state else None
         if new_episode:
-            features, self._state = self._history.reset(obs), None
+            features, self._state = self._history.reset(obs, facts=facts), None
         else:
-            features = self._history.update(obs, self._last_sent)
+            features = self._history.update(obs, self._last_sent, facts=facts)
         actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq)
         if self.continuous:
             return np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)
@@ -134,7 +137,7 @@ def _representation(meta: Mapping[str, Any]) -> Representation:
 
 def _obs_size(obs_dim: int, n_actions: int, rep: Representation) -> int:
     """Size of one raw observation, recovered from the agent's input size and the representation."""
-    frames_part = obs_dim - rep.actions * n_actions
+    frames_part = obs_dim - rep.actions * n_actions - rep.extra_size
     if frames_part <= 0 or frames_part % rep.frames:
         raise CheckpointError(f'agent input size {obs_dim} does not fit representation {rep.as_dict()} '
                               f'with {n_actions} actions')

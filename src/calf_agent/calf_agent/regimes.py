@@ -22,8 +22,10 @@ from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e
 from calf_core.vector_networked import VectorNetworkedCartPole
 
-REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'delay_only', 'full': 'full_net_aware'}
-"""Regime name -> the network profile it trains under."""
+REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'randomised_delay', 'full': 'randomised_full'}
+"""Regime name -> the network profile it trains under. Delay-Only and Full train on delays randomised from 0
+to beyond wifi_degraded's p95 (README, "Delay-aware training"); the paper's fixed-distribution profiles
+remain as ``delay_only`` and ``full_net_aware`` (``calf train --network``)."""
 
 
 def regime_profile(regime: str) -> str:
@@ -54,13 +56,20 @@ def train_defaults(env: str) -> TrainConfig:
 
 
 def default_representation(env: str, profile: Profile) -> Representation:
-    """Paper, Table 3: CartPole stacks k = d + 1 frames and the d in-flight actions; MiniGrid's LSTM
-    sees one frame; continuous-action tasks stack d + 1 frames (the action history is one-hot, for
-    discrete actions only)."""
-    if env == 'minigrid':
+    """Paper, Table 3, plus the delay state on a delayed link: CartPole stacks k = d + 1 frames; an LSTM
+    (MiniGrid) sees one frame; continuous-action tasks stack d + 1 frames. d is the profile's median
+    E2E latency in ticks. Behind a delayed link (d > 0) a discrete-action policy also remembers its
+    last max(d, d95) actions (d95: the p95 latency in ticks, so that the actions in flight fit) with
+    the delay state; continuous actions have no action history and keep the plain frame stack."""
+    spec = env_spec(env)
+    d = typical_delay_ticks(profile, spec.dt)
+    lstm = train_defaults(env).agent == 'lstm'
+    if is_continuous(env):
+        return Representation(frames=d + 1, actions=0)
+    if d == 0:
         return Representation(frames=1, actions=0)
-    d = typical_delay_ticks(profile, env_spec(env).dt)
-    return Representation(frames=d + 1, actions=0 if is_continuous(env) else d)
+    actions = max(d, typical_delay_ticks(profile, spec.dt, 95))
+    return Representation(frames=1 if lstm else d + 1, actions=actions, delay_state=True)
 
 
 FAST_PATH_MIN_ENVS = 32

@@ -1,5 +1,5 @@
 """State representations for delayed observations (paper, Table 3): frame stack and action history,
-optionally followed by the age of the newest observation.
+optionally followed by the delay state and the age of the newest observation.
 
 ``HistoryBatch`` is the one implementation, for ``n`` rows at once; ``HistoryFeatures`` is its
 one-row form. The training wrappers (``HistoryWrapper`` per env, ``VectorHistoryWrapper`` over a
@@ -9,43 +9,78 @@ the policy sent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+
+
+TICK_SCALE = 10.0
+"""Tick counts in the delay state are divided by this (typical values fall in 0..1)."""
+MAX_TICKS = 50
+"""Tick counts in the delay state are capped here before scaling."""
 
 
 @dataclass(frozen=True)
 class Representation:
     """Frame stack of ``frames`` observations plus a one-hot history of the last ``actions`` actions.
 
-    With ``obs_age`` the features end with the newest observation's age in seconds (its arrival,
-    or the decision, minus its stamp: NetworkedEnv's ``info['obs_age_ms'] / 1e3``).
+    With ``delay_state`` the features go on with what the env reports about the action it applied
+    at the newest observation's tick (``Observation.applied_obs_seq`` and ``applied_index``), the
+    augmented state of delay-aware RL, all from env-side sequence numbers (no clock is shared):
+
+    - per remembered action, 1 if it was still in flight at that tick (it answered an observation
+      newer than the one the applied action answered), else 0;
+    - per older frame, how many ticks before the newest one it was emitted;
+    - the applied action's delay: newest seq - applied_obs_seq, in ticks (0 before the first action);
+    - 1 if the env was holding (no plan element ran at that tick), else 0.
+
+    Tick counts are capped at ``MAX_TICKS`` and divided by ``TICK_SCALE``. With ``obs_age`` the
+    features end with the newest observation's age in seconds (its arrival, or the decision, minus
+    its stamp: NetworkedEnv's ``info['obs_age_ms'] / 1e3``; simulation only).
     """
 
     frames: int = 1
     actions: int = 0
     obs_age: bool = False
+    delay_state: bool = False
 
     def __post_init__(self) -> None:
         if self.frames < 1 or self.actions < 0:
             raise ValueError(f'frames must be >= 1 and actions >= 0, got {self.frames} and {self.actions}')
-        if not isinstance(self.obs_age, bool):
-            raise ValueError(f'obs_age must be true or false, got {self.obs_age!r}')
+        for key in ('obs_age', 'delay_state'):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f'{key} must be true or false, got {getattr(self, key)!r}')
 
     def feature_size(self, obs_size: int, n_actions: int) -> int:
-        return self.frames * obs_size + self.actions * n_actions + int(self.obs_age)
+        return self.frames * obs_size + self.actions * n_actions + self.extra_size + int(self.obs_age)
+
+    @property
+    def extra_size(self) -> int:
+        """Features of the delay state (0 without it)."""
+        return self.actions + self.frames - 1 + 2 if self.delay_state else 0
 
     def as_dict(self) -> dict[str, int | bool]:
-        """The fields, leaving out ``obs_age`` when it is off (so older readers load the result)."""
-        return {'frames': self.frames, 'actions': self.actions, **({'obs_age': True} if self.obs_age else {})}
+        """The fields, leaving out the flags that are off (so older readers load the result)."""
+        return {'frames': self.frames, 'actions': self.actions, **({'obs_age': True} if self.obs_age else {}),
+                **({'delay_state': True} if self.delay_state else {})}
+
+
+class ObsFacts(NamedTuple):
+    """Env-side facts about observations, one value per row: its seq, and the applied action's
+    ``applied_obs_seq`` and ``applied_index`` at its tick (-1 and -1 on the reset observation)."""
+
+    seq: np.ndarray
+    applied_obs_seq: np.ndarray
+    applied_index: np.ndarray
 
 
 class HistoryBatch:
     """Builds the policy inputs of ``n`` rows (envs) from the observations received and the actions sent.
 
     Each row keeps its last ``frames`` observations (oldest first), its last ``actions`` sent actions
-    (newest first, -1 where none was sent yet) and the age of its newest observation.
+    (newest first, -1 where none was sent yet), the age of its newest observation and, for the
+    delay state, the seqs of its frames and of the observations its actions answered.
     """
 
     def __init__(self, rep: Representation, obs_size: int, n_actions: int, n: int) -> None:
@@ -53,18 +88,28 @@ class HistoryBatch:
         self._frames = np.zeros((n, rep.frames, obs_size), np.float32)
         self._actions = np.full((n, rep.actions), -1, np.int64)
         self._age_s = np.zeros(n)
+        self._frame_seqs = np.zeros((n, rep.frames), np.int64)
+        self._action_seqs = np.full((n, rep.actions), -1, np.int64)  # the obs seq each action answered
+        self._applied = np.full((n, 2), -1, np.int64)  # applied_obs_seq, applied_index at the newest frame
 
-    def reset(self, rows: np.ndarray, obs: np.ndarray, age_s: np.ndarray | None = None) -> None:
+    def reset(self, rows: np.ndarray, obs: np.ndarray, age_s: np.ndarray | None = None,
+              facts: ObsFacts | None = None) -> None:
         """Start episodes in ``rows``: each first observation fills its whole stack, no actions yet.
 
-        ``age_s`` holds the observations' ages in seconds, required when the representation uses them.
+        ``age_s`` holds the observations' ages in seconds and ``facts`` their env-side facts, each
+        required when the representation uses it.
         """
         self._frames[rows] = np.asarray(obs, dtype=np.float32).reshape(len(rows), 1, self.obs_size)
         self._actions[rows] = -1
         self._set_age(rows, age_s)
+        if self.rep.delay_state:
+            facts = _required(facts)
+            self._frame_seqs[rows] = np.asarray(facts.seq, np.int64).reshape(len(rows), 1)
+            self._action_seqs[rows] = -1
+            self._set_applied(rows, facts)
 
     def update(self, rows: np.ndarray, obs: np.ndarray, sent_action: np.ndarray,
-               age_s: np.ndarray | None = None) -> None:
+               age_s: np.ndarray | None = None, facts: ObsFacts | None = None) -> None:
         """Add, in ``rows``, the action sent for the previous observation and the newly received one."""
         frames = self._frames[rows]
         frames[:, :-1] = frames[:, 1:]
@@ -76,6 +121,18 @@ class HistoryBatch:
             actions[:, 0] = np.asarray(sent_action, dtype=np.int64).reshape(len(rows))
             self._actions[rows] = actions
         self._set_age(rows, age_s)
+        if self.rep.delay_state:
+            facts = _required(facts)
+            seqs = self._frame_seqs[rows]
+            if self.rep.actions:  # the action just recorded answered the previous newest frame
+                answered = self._action_seqs[rows]
+                answered[:, 1:] = answered[:, :-1]
+                answered[:, 0] = seqs[:, -1]
+                self._action_seqs[rows] = answered
+            seqs[:, :-1] = seqs[:, 1:]
+            seqs[:, -1] = np.asarray(facts.seq, np.int64).reshape(len(rows))
+            self._frame_seqs[rows] = seqs
+            self._set_applied(rows, facts)
 
     def features(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """The features of ``rows`` (default: all), ``(len(rows), feature_size)`` float32."""
@@ -85,15 +142,42 @@ class HistoryBatch:
             actions = self._actions[rows]
             history = (actions[:, :, None] == np.arange(self.n_actions)).astype(np.float32)
             parts.append(history.reshape(len(frames), -1))
+        if self.rep.delay_state:
+            parts.append(self._delay_state(rows))
         if self.rep.obs_age:
             parts.append(self._age_s[rows].astype(np.float32)[:, None])
         return np.concatenate(parts, axis=1)
+
+    def _delay_state(self, rows: np.ndarray | slice) -> np.ndarray:
+        """The delay-state features of ``rows`` (see ``Representation``)."""
+        seqs, answered = self._frame_seqs[rows], self._action_seqs[rows]
+        applied_seq, applied_index = self._applied[rows].T
+        newest = seqs[:, -1:]
+        in_flight = (answered > applied_seq[:, None]).astype(np.float32)
+        frame_gaps = _ticks(newest - seqs[:, :-1])
+        lag = _ticks(np.where(applied_seq >= 0, newest[:, 0] - applied_seq, 0))[:, None]
+        held = ((applied_index < 0) & (newest[:, 0] > 0)).astype(np.float32)[:, None]
+        return np.concatenate([in_flight, frame_gaps, lag, held], axis=1)
+
+    def _set_applied(self, rows: np.ndarray, facts: ObsFacts) -> None:
+        self._applied[rows, 0] = np.asarray(facts.applied_obs_seq, np.int64).reshape(len(rows))
+        self._applied[rows, 1] = np.asarray(facts.applied_index, np.int64).reshape(len(rows))
 
     def _set_age(self, rows: np.ndarray, age_s: np.ndarray | None) -> None:
         if self.rep.obs_age:
             if age_s is None:
                 raise ValueError('this representation appends the observation age: pass age_s')
             self._age_s[rows] = np.asarray(age_s, dtype=np.float64).reshape(len(rows))
+
+
+def _ticks(count: np.ndarray) -> np.ndarray:
+    return (np.minimum(count, MAX_TICKS) / TICK_SCALE).astype(np.float32)
+
+
+def _required(facts: ObsFacts | None) -> ObsFacts:
+    if facts is None:
+        raise ValueError('this representation reads the delay state: pass the observations\' facts')
+    return facts
 
 
 class HistoryFeatures:
@@ -105,17 +189,19 @@ class HistoryFeatures:
         self.rep, self.obs_size, self.n_actions = rep, obs_size, n_actions
         self._batch = HistoryBatch(rep, obs_size, n_actions, 1)
 
-    def reset(self, obs: np.ndarray, age_s: float | None = None) -> np.ndarray:
+    def reset(self, obs: np.ndarray, age_s: float | None = None, facts: ObsFacts | None = None) -> np.ndarray:
         """Start an episode: the first observation fills the whole stack, no actions yet.
 
-        ``age_s`` is the observation's age in seconds, required when the representation uses it.
+        ``age_s`` is the observation's age in seconds and ``facts`` its env-side facts (scalars), each
+        required when the representation uses it.
         """
-        self._batch.reset(self._ROW, obs, None if age_s is None else float(age_s))
+        self._batch.reset(self._ROW, obs, None if age_s is None else float(age_s), facts)
         return self.features()
 
-    def update(self, obs: np.ndarray, sent_action: int, age_s: float | None = None) -> np.ndarray:
+    def update(self, obs: np.ndarray, sent_action: int, age_s: float | None = None,
+               facts: ObsFacts | None = None) -> np.ndarray:
         """Add the action sent for the previous observation and the newly received observation."""
-        self._batch.update(self._ROW, obs, sent_action, None if age_s is None else float(age_s))
+        self._batch.update(self._ROW, obs, sent_action, None if age_s is None else float(age_s), facts)
         return self.features()
 
     def features(self) -> np.ndarray:
@@ -126,6 +212,14 @@ def observation_age_s(rep: Representation, info: dict) -> Any:
     """The observation age(s) in seconds from a networked env's info (an array for a vector env's), when
     ``rep`` reads it; else None."""
     return np.asarray(info['obs_age_ms'], dtype=np.float64) / 1e3 if rep.obs_age else None
+
+
+def observation_facts(rep: Representation, info: dict) -> ObsFacts | None:
+    """The observations' env-side facts from a networked env's info (arrays for a vector env's), when ``rep``
+    reads them; else None."""
+    if not rep.delay_state:
+        return None
+    return ObsFacts(info['obs_seq'], info['applied_obs_seq'], info['applied_index'])
 
 
 def history_actions(space: gym.Space, rep: Representation) -> int:
@@ -152,13 +246,15 @@ class HistoryWrapper(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return self.history.reset(obs, observation_age_s(self.history.rep, info)), info
+        rep = self.history.rep
+        return self.history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info)), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         first = int(np.asarray(action).reshape(-1)[0])
-        age_s = observation_age_s(self.history.rep, info)
-        return self.history.update(obs, first, age_s), reward, terminated, truncated, info
+        rep = self.history.rep
+        features = self.history.update(obs, first, observation_age_s(rep, info), observation_facts(rep, info))
+        return features, reward, terminated, truncated, info
 
 
 class VectorHistoryWrapper(gym.vector.VectorWrapper):
@@ -182,26 +278,33 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        self.history.reset(self._rows, obs, observation_age_s(self.history.rep, info))
+        rep = self.history.rep
+        self.history.reset(self._rows, obs, observation_age_s(rep, info), observation_facts(rep, info))
         return self.history.features(), info
 
     def step(self, actions):
         obs, reward, terminated, truncated, info = self.env.step(actions)
+        rep = self.history.rep
         sent = np.asarray(actions).reshape(self.num_envs, -1)[:, 0]
         ended = np.flatnonzero(info['_final_obs']) if 'final_obs' in info else np.zeros(0, np.int64)
         if ended.size:  # the ended episodes' last step, as HistoryWrapper.step saw it before the reset
-            final_age = observation_age_s(self.history.rep, info['final_info'])
             final_raw = np.stack([info['final_obs'][i] for i in ended])
-            self.history.update(ended, final_raw, sent[ended], None if final_age is None else final_age[ended])
+            self.history.update(ended, final_raw, sent[ended], *_rows_of(rep, info['final_info'], ended))
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i, features in zip(ended, self.history.features(ended)):
                 final_obs[i] = features
             info = {**info, 'final_obs': final_obs}
-            age = observation_age_s(self.history.rep, info)
-            self.history.reset(ended, obs[ended], None if age is None else age[ended])
+            self.history.reset(ended, obs[ended], *_rows_of(rep, info, ended))
         going = np.ones(self.num_envs, bool)
         going[ended] = False
         going = np.flatnonzero(going)
-        age = observation_age_s(self.history.rep, info)
-        self.history.update(going, obs[going], sent[going], None if age is None else age[going])
+        self.history.update(going, obs[going], sent[going], *_rows_of(rep, info, going))
         return self.history.features(), reward, terminated, truncated, info
+
+
+def _rows_of(rep: Representation, info: dict, rows: np.ndarray) -> tuple[Any, ObsFacts | None]:
+    """The ages and facts ``rep`` reads for ``rows`` of a vector env's info (None where it reads none)."""
+    age = observation_age_s(rep, info)
+    facts = observation_facts(rep, info)
+    return (None if age is None else age[rows],
+            None if facts is None else ObsFacts(*(np.asarray(values)[rows] for values in facts)))

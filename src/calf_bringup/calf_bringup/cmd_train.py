@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('train', help='train a policy with PPO under a network regime')
     add_env_arguments(parser)
     parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
-                        help='baseline (sim_clean), delay_only, or full (full_net_aware)')
+                        help='baseline (sim_clean), delay_only (randomised_delay), or full (randomised_full)')
     parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')
@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                  'numpy fast path from 32 when the network allows it')
     parser.add_argument('--frames', type=count(1, MAX_FRAMES), help='frame stack k (default: d + 1, d = typical delay in ticks)')
     parser.add_argument('--action-history', type=count(0, MAX_ACTION_HISTORY), help='actions remembered (default: d)')
+    parser.add_argument('--delay-state', action=argparse.BooleanOptionalAction, default=None,
+                        help='also give the policy the delay state: which of its remembered actions were still in '
+                             'flight, the frames\' spacing, the applied action\'s delay and whether the env held '
+                             '(from Observation.applied_obs_seq/applied_index; default: the regime\'s choice)')
     parser.add_argument('--obs-age', action='store_true',
                         help='also give the policy the age of the newest observation (sim only: a policy node '
                              'has no clock shared with the env)')
@@ -77,11 +81,12 @@ def run(args: argparse.Namespace) -> int:
     if args.planner == 'model':
         return _train_model_planner(args, network)
     rep = None
-    if args.frames is not None or args.action_history is not None or args.obs_age:
+    if args.frames is not None or args.action_history is not None or args.obs_age or args.delay_state is not None:
         default = default_representation(args.env, load_profile(network))
         rep = Representation(frames=args.frames or default.frames,
                              actions=default.actions if args.action_history is None else args.action_history,
-                             obs_age=args.obs_age)
+                             obs_age=args.obs_age,
+                             delay_state=default.delay_state if args.delay_state is None else args.delay_state)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
@@ -115,6 +120,7 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
     parse_sync(args.sync, args.lag_cap)
     params = {'out': str(args.out.resolve()), 'env': args.env, 'network': network, 'regime': args.regime,
               'frames': args.frames or 0, 'action_history': -1 if args.action_history is None else args.action_history,
+              'delay_state': -1 if args.delay_state is None else int(args.delay_state),
               'steps': args.steps or cartpole_defaults().total_steps, 'seed': args.seed, 'sync': args.sync,
               'lag_cap': args.lag_cap, 'eval_every': args.eval_every, 'stop_return': float(args.stop_return),
               'resume': args.resume}

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ class TrainJob:
     @property
     def key(self) -> str:
         planner = '-model' if self.row.planner == 'model' else ''
-        return f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}-{self.steps}steps-seed{self.seed}'
+        features = {None: '', True: '-ds', False: '-nods'}[self.row.delay_state]
+        return (f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}{features}-{self.steps}steps'
+                f'-seed{self.seed}')
 
     @property
     def base(self) -> TrainJob:
@@ -59,7 +61,8 @@ def run_train(job: TrainJob, cache: Path) -> Path:
     A model-planner job first trains (or finds) its Baseline job.
     """
     from calf_agent.planner import train_planner
-    from calf_agent.regimes import train_policy
+    from calf_agent.regimes import default_representation, train_policy
+    from calf_core.profiles import load_profile
     final = cache / 'train' / job.key
     if (final / 'meta.json').is_file():
         return final
@@ -69,7 +72,10 @@ def run_train(job: TrainJob, cache: Path) -> Path:
         train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
                       progress=False)
     else:
-        train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name,
+        rep = None
+        if job.row.delay_state is not None:
+            rep = replace(default_representation(job.env, load_profile(job.row.network)), delay_state=job.row.delay_state)
+        train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name, rep=rep,
                      plan_horizon=job.row.plan_horizon, progress=False)
     try:
         partial.rename(final)

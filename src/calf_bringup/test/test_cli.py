@@ -10,6 +10,7 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.policy_runner import PolicyRunner
+from calf_agent.representation import Representation
 from calf_bringup import cli
 from calf_core.profiles import load_profile
 
@@ -24,8 +25,8 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy_node(tmp_path: Path) -> None:
     assert cli.main(['train', '--obs-age', '--steps', '512', '--quiet', '--out', str(tmp_path)]) == 0
     agent, meta = load_checkpoint(tmp_path)
-    frames, actions = meta['representation']['frames'], meta['representation']['actions']
-    assert meta['representation']['obs_age'] and agent.obs_dim == 4 * frames + 2 * actions + 1
+    rep = Representation(**meta['representation'])
+    assert rep.obs_age and agent.obs_dim == 4 * rep.frames + 2 * rep.actions + rep.extra_size + 1
     report = evaluate_sim(tmp_path, load_profile('full_net_aware'), episodes=2, seed=0)
     assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0
     with pytest.raises(CheckpointError, match='cannot measure without a clock shared with the env'):

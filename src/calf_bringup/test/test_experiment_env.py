@@ -16,7 +16,7 @@ def test_env_table_has_baseline_and_full_under_the_five_networks(tmp_path: Path)
     spec_file.write_text('env: Pendulum-v1\nhold: zero\n')
     spec = env_table(str(spec_file))
     assert spec.name == 'env_my_robot' and spec.env == str(spec_file)
-    assert [r.network for r in spec.rows] == ['sim_clean', 'full_net_aware'] and spec.columns == COLUMNS
+    assert [r.network for r in spec.rows] == ['sim_clean', 'randomised_full'] and spec.columns == COLUMNS
     assert spec.steps > 0
     assert env_table('InvertedPendulum-v5').name == 'env_InvertedPendulum-v5'
 
@@ -51,3 +51,10 @@ def test_experiment_on_a_spec_file_writes_a_table(tmp_path: Path, capsys: pytest
             assert len(cell['per_seed']) == 1 and -2000 < cell['mean'] < 0  # Pendulum returns are negative
     assert 'my_robot' in (out / 'README.md').read_text()
     assert (out / 'env_my_robot.md').is_file() and (out / 'env_my_robot.csv').is_file()
+
+
+def test_the_tables_regime_rows_train_under_the_regimes_profiles() -> None:
+    from calf_agent.regimes import REGIMES
+    from calf_bringup.experiment_specs import REGIME_ROWS
+
+    assert [row.network for row in REGIME_ROWS] == [REGIMES[r] for r in ('baseline', 'delay_only', 'full')]

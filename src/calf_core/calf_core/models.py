@@ -290,6 +290,35 @@ class Stall(SingleCopyStage):
             self._next_start_s = now_s + self.gap.residual(rng)
 
 
+class DriftingDelay(SingleCopyStage):
+    """A base latency that wanders: it holds a level drawn from ``level_ms`` for a time drawn from
+    ``hold_ms``, then draws the next level; each message sent adds the level of its send time.
+
+    Levels and holds are one renewal process in link time, entered at a random phase (the
+    equilibrium residual of the first hold), so it does not restart at an episode boundary. Use it to
+    train on delays from 0 to beyond a deployment's p95 rather than one regime's distribution.
+    """
+
+    MODEL = "drifting_delay"
+
+    def __init__(self, level_ms: float | dict[str, Any], hold_ms: float | dict[str, Any]) -> None:
+        self.level = Distribution(_as_dist(level_ms))
+        self.hold = Distribution(_as_dist(hold_ms))
+        self.reset()
+
+    def reset(self) -> None:
+        self._level_s, self._until_s, self._started = 0.0, -math.inf, False
+
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        if not self._started:
+            self._started = True
+            self._level_s, self._until_s = self.level.sample(rng), send_s + self.hold.residual(rng)
+        while send_s >= self._until_s:
+            self._level_s = self.level.sample(rng)
+            self._until_s += self.hold.sample(rng)
+        return arrive_s + self._level_s
+
+
 def _as_dist(value: float | dict[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {'dist': 'fixed', 'value': value}
 
@@ -392,6 +421,7 @@ MODELS: dict[str, type] = {
         BernoulliLoss,
         GilbertElliottLoss,
         Stall,
+        DriftingDelay,
         Bandwidth,
         Duplicate,
         TraceReplay,

@@ -18,7 +18,10 @@ reported.
 Actions follow the inner env's space: ``Discrete`` (an int, or with ``plan_horizon`` H > 1 a
 ``MultiDiscrete`` plan of H ints) or ``Box`` (one action vector, or an ``(H, *shape)`` plan of them,
 clipped to the bounds before they are sent). ``info`` also holds ``ticks`` (env ticks this step),
-``e2e_ms`` (end-to-end latencies of actions that arrived this step), ``obs_seq``, ``obs_age_ms`` (age of
+``e2e_ms`` (end-to-end latencies of actions that arrived this step), ``obs_seq``, ``applied_obs_seq`` and
+``applied_index`` (the action applied at that observation's tick: the obs_seq its plan answered and its
+element, -1 for the initial action, start plan or reset, and -1 for the index when held; as
+``Observation`` carries them), ``obs_age_ms`` (age of
 the observation at decision time), ``obs_lost``/``actions_lost`` (this episode) and, on the last step,
 ``episode_e2e_ms``, ``success`` and ``ticks_held``. ``info`` is a :class:`StepInfo`, a dict whose deep
 copy (SB3's ``DummyVecEnv`` makes one every step) shares its immutable values.
@@ -37,7 +40,7 @@ import numpy as np
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import ObservationGate, ObsRecord, Stepper
+from calf_core.timing import ObservationGate, ObsRecord, Stepper, applied_facts
 
 MESSAGE_OVERHEAD_BYTES = 64
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
@@ -254,7 +257,9 @@ class NetworkedEnv(gym.Env):
         new_e2e = tuple(e2e[self._e2e_seen:]) if len(e2e) > self._e2e_seen else ()
         self._e2e_seen = len(e2e)
         executed, self._executed = self._executed, np.zeros(self._executed_shape, np.uint8)
-        return StepInfo(ticks=self._ticks, e2e_ms=new_e2e, obs_seq=record.seq,
+        applied_obs_seq, applied_index = applied_facts(record)
+        return StepInfo(ticks=self._ticks, e2e_ms=new_e2e, obs_seq=record.seq, applied_obs_seq=applied_obs_seq,
+                        applied_index=applied_index,
                         obs_age_ms=(self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
                         obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed)
 

@@ -122,6 +122,15 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
                 'gap_ms: {dist: uniform, low: 4000, high: 6000}}',
                 'exactly one of gap_ms, period_ms, rate_hz; mode only with period_ms or rate_hz; the mean '
                 'duration below the period'),
+    StageSchema('drifting_delay', 'a base latency that wanders: a level drawn from level_ms holds for a time '
+                'drawn from hold_ms, then the next level is drawn; a message adds the level at its send time; '
+                'one renewal process in link time, started at a random phase',
+                (Key('level_ms', 'distribution', 'ms', 'the latency level of each period', low=0.0,
+                     high=MAX_DELAY_MS),
+                 Key('hold_ms', 'distribution', 'ms', 'how long each level holds', low=0.0, high=MAX_PERIOD_MS,
+                     low_open=True)),
+                '{model: drifting_delay, level_ms: {dist: uniform, low: 0, high: 80}, '
+                "hold_ms: {dist: exponential, mean: 2000}}"),
     StageSchema('bandwidth', 'a rate-limited FIFO: serialisation size * 8 / rate plus a tail-drop queue',
                 (Key('rate_kbps', 'number', 'kbit/s', 'link rate', low=1.0, high=1e8),
                  Key('queue_packets', 'integer', 'messages', 'messages that may wait behind the one being sent',

@@ -36,7 +36,7 @@ import numpy as np
 from calf_core.errors import ConfigError
 from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
-__all__ = ['AppliedAction', 'EpisodeSummary', 'HoldMode', 'ObsRecord', 'ObservationGate', 'PlanExecutor',
+__all__ = ['AppliedAction', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate', 'PlanExecutor',
            'Stepper', 'TaskActions', 'Verdict', 'task_actions']
 
 
@@ -178,6 +178,14 @@ class ObsRecord(NamedTuple):
     terminated: bool
     truncated: bool
     applied: AppliedAction | None  # None for the reset observation
+
+
+def applied_facts(record: ObsRecord) -> tuple[int, int]:
+    """``(applied_obs_seq, applied_index)`` at ``record``'s tick, as ``Observation`` carries them: the obs_seq
+    the applied plan answered (-1 for the initial action or start plan) and its element (-1 when held);
+    ``(-1, -1)`` for the reset observation."""
+    applied = record.applied
+    return (-1, -1) if applied is None else (applied.plan_seq, applied.index)
 
 
 @dataclass

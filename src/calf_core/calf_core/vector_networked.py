@@ -11,8 +11,8 @@ arrival < tick < observation delivery < policy free); all envs do so at once, in
 ends when every env has reached its next decision. Episodes reset in the same step (gymnasium's
 ``AutoresetMode.SAME_STEP``: ``info['final_obs']`` and ``info['final_info']``).
 
-The per-env ``info`` arrays match NetworkedEnv's keys (``ticks``, ``obs_seq``, ``obs_age_ms``,
-``obs_lost``, ``actions_lost``, ``executed``); ``e2e_ms`` holds every end-to-end latency measured
+The per-env ``info`` arrays match NetworkedEnv's keys (``ticks``, ``obs_seq``, ``applied_obs_seq``,
+``applied_index``, ``obs_age_ms``, ``obs_lost``, ``actions_lost``, ``executed``); ``e2e_ms`` holds every end-to-end latency measured
 during the step, flat, with the env of each in ``e2e_env``. ``final_info`` adds ``success`` and
 ``ticks_held``.
 
@@ -22,7 +22,7 @@ and trace replay and in distribution otherwise. As in NetworkedEnv each env's li
 continuous process across its episodes (Gilbert-Elliott state, trace position, FIFO order), on a
 link clock that advances by each episode's length plus one tick. Supported models: fixed,
 Gaussian, log-normal, gamma, Pareto and empirical delays, Bernoulli and Gilbert-Elliott loss,
-trace replay, FIFO or reordering per direction; a profile with a stall, bandwidth or duplicate
+trace replay, FIFO or reordering per direction; a profile with a stall, drifting delay, bandwidth or duplicate
 stage is refused with a ConfigError naming the model.
 """
 from __future__ import annotations
@@ -203,7 +203,9 @@ class VectorNetworkedCartPole(VectorEnv):
         self._busy_until = np.zeros(n, np.int64)
         self._waiting_seq = np.full(n, -1, np.int64)
         self._waiting_obs = np.zeros((n, 4), np.float32)
+        self._waiting_applied = np.full((n, 2), -1, np.int64)
         self._decision_seq = np.zeros(n, np.int64)
+        self._decision_applied = np.full((n, 2), -1, np.int64)  # applied_obs_seq, applied_index
         self._decision_ns = np.zeros(n, np.int64)
         self._decision_obs = np.zeros((n, 4), np.float32)
         self._decisions = np.zeros(n, np.int64)  # decisions sent this episode
@@ -213,6 +215,7 @@ class VectorNetworkedCartPole(VectorEnv):
         # messages in flight, one slot each
         self._obs_key = np.full((n, 4), _EMPTY, np.int64)
         self._obs_data = np.zeros((n, 4, 4), np.float32)
+        self._obs_applied = np.full((n, 4, 2), -1, np.int64)
         self._act_key = np.full((n, 4), _EMPTY, np.int64)
         self._act_plan = np.zeros((n, 4, h), np.int64)
         self._act_decision = np.zeros((n, 4), np.int64)
@@ -250,7 +253,7 @@ class VectorNetworkedCartPole(VectorEnv):
         ended = np.flatnonzero(self._pending)
         if ended.size:
             terminated, truncated = self._pending_flags[ended].T
-            self._finish(ended, self._decision_obs[ended], terminated, truncated)
+            self._finish(ended, self._decision_obs[ended], self._decision_applied[ended], terminated, truncated)
         self._advance(np.ones(self.num_envs, bool))
         restarted = self._final.get('mask', np.zeros(self.num_envs, bool))
         reward = np.where(restarted, self._final.get('reward', 0.0), self._reward)
@@ -265,6 +268,7 @@ class VectorNetworkedCartPole(VectorEnv):
         stamp_s = self._decision_seq * self._dt_ns / 1e9
         info: dict[str, Any] = {
             'ticks': self._ticks.copy(), 'obs_seq': self._decision_seq.copy(),
+            'applied_obs_seq': self._decision_applied[:, 0].copy(), 'applied_index': self._decision_applied[:, 1].copy(),
             'obs_age_ms': np.where(self._pending, 0.0, (self._decision_ns / 1e9 - stamp_s) * 1e3),
             'obs_lost': self._obs_lost.copy(), 'actions_lost': self._actions_lost.copy(),
             'executed': self._executed.copy(),
@@ -277,8 +281,8 @@ class VectorNetworkedCartPole(VectorEnv):
                 final_obs[i] = self._final['obs'][i]
             info.update(final_obs=final_obs, _final_obs=mask, _final_info=mask,
                         final_info={key: self._final[key] for key in
-                                    ('ticks', 'obs_seq', 'obs_age_ms', 'obs_lost', 'actions_lost', 'executed',
-                                     'success', 'ticks_held')})
+                                    ('ticks', 'obs_seq', 'applied_obs_seq', 'applied_index', 'obs_age_ms',
+                                     'obs_lost', 'actions_lost', 'executed', 'success', 'ticks_held')})
         return info
 
     def _advance(self, active: np.ndarray) -> None:
@@ -305,7 +309,8 @@ class VectorNetworkedCartPole(VectorEnv):
                 self._on_observations(idx, obs_slot[idx], active)
             if is_free.any():
                 idx = np.flatnonzero(is_free)
-                self._decide(idx, self._waiting_seq[idx], self._busy_until[idx], self._waiting_obs[idx], active)
+                self._decide(idx, self._waiting_seq[idx], self._busy_until[idx], self._waiting_obs[idx],
+                             self._waiting_applied[idx], active)
             if is_tick.any():
                 self._on_ticks(np.flatnonzero(is_tick), active)
 
@@ -344,6 +349,7 @@ class VectorNetworkedCartPole(VectorEnv):
         lag = self._decisions[idx] - 1 - self._plan_decision[idx]
         marked = runs & (lag <= self.plan_horizon)
         self._executed[idx[marked], lag[marked], index[marked]] = 1
+        applied = np.stack([plan_seq, np.where(runs, index, -1)], axis=1)
         obs, terminated = self.cartpole.step(idx, action)
         truncated = tick >= CartPoleBatch.MAX_STEPS
         self._reward[idx] += 1.0
@@ -351,38 +357,39 @@ class VectorNetworkedCartPole(VectorEnv):
         self._ticks_held[idx] += ~runs
         ended = terminated | truncated
         if ended.any():
-            self._end(idx[ended], obs[ended], terminated[ended], truncated[ended], active)
+            self._end(idx[ended], obs[ended], applied[ended], terminated[ended], truncated[ended], active)
         going = ~ended
-        self._send_observations(idx[going], tick[going], obs[going])
+        self._send_observations(idx[going], tick[going], obs[going], applied[going])
 
     def _on_observations(self, idx: np.ndarray, slot: np.ndarray, active: np.ndarray) -> None:
         """Observations reach the policy: decide now, or keep the newest arrival while busy."""
         key = self._obs_key[idx, slot]
-        obs = self._obs_data[idx, slot]
+        obs, applied = self._obs_data[idx, slot], self._obs_applied[idx, slot]
         self._obs_key[idx, slot] = _EMPTY
         arrive_ns, seq = key >> _SEQ_BITS, key & _SEQ_MASK
         newer = seq > self._gate[idx]
         busy = arrive_ns < self._busy_until[idx]
         wait = newer & busy
         self._waiting_seq[idx[wait]] = seq[wait]
-        self._waiting_obs[idx[wait]] = obs[wait]
+        self._waiting_obs[idx[wait]], self._waiting_applied[idx[wait]] = obs[wait], applied[wait]
         now = newer & ~busy
-        self._decide(idx[now], seq[now], arrive_ns[now], obs[now], active)
+        self._decide(idx[now], seq[now], arrive_ns[now], obs[now], applied[now], active)
 
-    def _decide(self, idx: np.ndarray, seq: np.ndarray, now_ns: np.ndarray, obs: np.ndarray,
+    def _decide(self, idx: np.ndarray, seq: np.ndarray, now_ns: np.ndarray, obs: np.ndarray, applied: np.ndarray,
                 active: np.ndarray) -> None:
         """Envs ``idx`` hand observation ``seq`` to the agent: ObservationGate.admit, then the step returns."""
         self._waiting_seq[idx] = -1
         self._gate[idx] = seq
         self._decision_seq[idx], self._decision_ns[idx], self._decision_obs[idx] = seq, now_ns, obs
+        self._decision_applied[idx] = applied
         self._fresh[idx] = False
         active[idx] = False
         # observations in flight up to seq will be skipped when they arrive: drop them now
         rows, cols = np.nonzero((self._obs_key[idx] & _SEQ_MASK) <= seq[:, None])
         self._obs_key[idx[rows], cols] = _EMPTY
 
-    def _end(self, idx: np.ndarray, obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-             active: np.ndarray) -> None:
+    def _end(self, idx: np.ndarray, obs: np.ndarray, applied: np.ndarray, terminated: np.ndarray,
+             truncated: np.ndarray, active: np.ndarray) -> None:
         """Episodes end. One that ended before its first decision is returned as the reset observation
         and reported at the next step; the others are recorded as final and restarted."""
         fresh = self._fresh[idx]
@@ -390,10 +397,12 @@ class VectorNetworkedCartPole(VectorEnv):
         self._pending[pending] = True
         self._pending_flags[pending] = np.stack([terminated[fresh], truncated[fresh]], axis=1)
         self._decision_seq[pending], self._decision_obs[pending] = self._tick[pending], obs[fresh]
+        self._decision_applied[pending] = applied[fresh]
         active[pending] = False
-        self._finish(idx[~fresh], obs[~fresh], terminated[~fresh], truncated[~fresh])
+        self._finish(idx[~fresh], obs[~fresh], applied[~fresh], terminated[~fresh], truncated[~fresh])
 
-    def _finish(self, idx: np.ndarray, obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _finish(self, idx: np.ndarray, obs: np.ndarray, applied: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray) -> None:
         """Record the final step of envs ``idx`` and restart them."""
         if not idx.size:
             return
@@ -401,12 +410,14 @@ class VectorNetworkedCartPole(VectorEnv):
         if not final:
             final.update(mask=np.zeros(n, bool), obs=np.zeros((n, 4), np.float32), reward=np.zeros(n),
                          terminated=np.zeros(n, bool), truncated=np.zeros(n, bool), ticks=np.zeros(n, np.int64),
-                         obs_seq=np.zeros(n, np.int64), obs_age_ms=np.zeros(n), obs_lost=np.zeros(n, np.int64),
+                         obs_seq=np.zeros(n, np.int64), applied_obs_seq=np.full(n, -1, np.int64),
+                         applied_index=np.full(n, -1, np.int64), obs_age_ms=np.zeros(n), obs_lost=np.zeros(n, np.int64),
                          actions_lost=np.zeros(n, np.int64), executed=np.zeros_like(self._executed),
                          success=np.zeros(n, bool), ticks_held=np.zeros(n, np.int64))
         final['mask'][idx], final['obs'][idx], final['reward'][idx] = True, obs, self._reward[idx]
         final['terminated'][idx], final['truncated'][idx] = terminated, truncated
         final['ticks'][idx], final['obs_seq'][idx] = self._ticks[idx], self._tick[idx]
+        final['applied_obs_seq'][idx], final['applied_index'][idx] = applied.T
         final['obs_lost'][idx], final['actions_lost'][idx] = self._obs_lost[idx], self._actions_lost[idx]
         final['executed'][idx], final['ticks_held'][idx] = self._executed[idx], self._ticks_held[idx]
         final['success'][idx] = truncated & ~terminated
@@ -427,9 +438,9 @@ class VectorNetworkedCartPole(VectorEnv):
                              (self._decisions, 0), (self._fresh, True), (self._pending, False),
                              (self._obs_key, _EMPTY), (self._act_key, _EMPTY)):
             array[idx] = value
-        self._send_observations(idx, np.zeros(len(idx), np.int64), obs)
+        self._send_observations(idx, np.zeros(len(idx), np.int64), obs, np.full((len(idx), 2), -1, np.int64))
 
-    def _send_observations(self, idx: np.ndarray, seq: np.ndarray, obs: np.ndarray) -> None:
+    def _send_observations(self, idx: np.ndarray, seq: np.ndarray, obs: np.ndarray, applied: np.ndarray) -> None:
         origin = self._origin_ns[idx]
         arrive_ns = self.uplink.send(idx, (origin + seq * self._dt_ns) / 1e9)
         lost = arrive_ns < 0
@@ -438,7 +449,9 @@ class VectorNetworkedCartPole(VectorEnv):
         kept = ~lost
         self._obs_key, slot = _insert(self._obs_key, idx[kept], arrive_ns[kept] << _SEQ_BITS | seq[kept])
         self._obs_data = _fit(self._obs_data, self._obs_key.shape[1])
+        self._obs_applied = _fit(self._obs_applied, self._obs_key.shape[1])
         self._obs_data[idx[kept], slot] = obs[kept]
+        self._obs_applied[idx[kept], slot] = applied[kept]
 
     def _send_actions(self, idx: np.ndarray, plans: np.ndarray) -> None:
         decision = self._decisions[idx]

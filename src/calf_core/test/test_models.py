@@ -10,6 +10,7 @@ from calf_core.link import Link, Packet
 from calf_core.models import (
     Bandwidth,
     BernoulliLoss,
+    DriftingDelay,
     Duplicate,
     EmpiricalDelay,
     FixedDelay,
@@ -141,6 +142,32 @@ def test_uniform_stall_durations_stay_in_their_range():
     durations = [end - start for start, end in stall_windows(Link([stage], rng(1)), 60.0, 0.001)[1:]]
     assert min(durations) >= 0.149 and max(durations) <= 0.301
     assert np.std(durations) > 0.02  # not one fixed duration
+
+
+def test_a_drifting_delay_holds_each_level_then_redraws_it():
+    """Levels U(0, 80) ms, each held ~2 s: consecutive messages share a level, and over a long run the
+    levels cover the range uniformly, changing about once per mean hold."""
+    stage = build_stage({"model": "drifting_delay", "level_ms": {"dist": "uniform", "low": 0, "high": 80},
+                         "hold_ms": {"dist": "exponential", "mean": 2000}})
+    link = Link([stage], rng(4))
+    times = np.arange(0.0, 2000.0, 0.02)  # 2000 s, one message per 20 ms tick
+    delay_ms = np.array([link.transmit(t)[0] - t for t in times]) * 1e3
+    changes = np.flatnonzero(np.diff(delay_ms) != 0)
+    assert 800 <= len(changes) <= 1200  # ~1000 holds of 2 s
+    levels = delay_ms[np.r_[0, changes + 1]]
+    assert levels.min() >= 0 and levels.max() <= 80
+    assert stats.kstest(levels / 80.0, "uniform").pvalue > 0.01
+    holds_s = np.diff(times[changes + 1])
+    assert np.mean(holds_s) == pytest.approx(2.0, rel=0.1)
+
+
+def test_a_drifting_delay_runs_on_across_reseed():
+    """A reseed (an episode's reset) keeps the level; only ``reset`` starts a fresh process."""
+    stage = DriftingDelay({"dist": "uniform", "low": 0, "high": 80}, {"dist": "fixed", "value": 10_000})
+    link = Link([stage], rng(0))
+    before = link.transmit(1.0)[0] - 1.0
+    link.reseed(rng(99))
+    assert link.transmit(1.5)[0] - 1.5 == pytest.approx(before)
 
 
 def test_gamma_delay_matches_its_moments_either_way():
@@ -305,6 +332,10 @@ def test_gilbert_elliott_losses_are_bursty():
         ({"model": "empirical_delay", "bins_ms": [0, 5, 4], "probs": [0.5, 0.5]}, "strictly increasing, got [0, 5, 4]"),
         ({"model": "trace_replay", "delays_ms": [1.0, -2.0]}, "delays_ms[1] must be in [0, 60000] ms, got -2"),
         ({"model": "trace_replay", "delays_ms": [1.0], "lost": [True, False]}, "lost must be as long as delays_ms"),
+        ({"model": "drifting_delay", "level_ms": {"dist": "uniform", "low": -5, "high": 80}, "hold_ms": 2000},
+         "drifting_delay: level_ms (uniform): low must be in [0, 60000] ms, got -5"),
+        ({"model": "drifting_delay", "level_ms": 10, "hold_ms": 0}, "drifting_delay: hold_ms must be in (0, 3.6e+06] ms"),
+        ({"model": "drifting_delay", "level_ms": 10}, "drifting_delay: missing required key 'hold_ms'"),
     ],
 )
 def test_invalid_parameters_raise_one_line_config_error(spec, message):

@@ -39,14 +39,14 @@ def policy(obs: np.ndarray, env: int, step: int, horizon: int) -> list[int]:
 
 
 def scalar_info(info: dict) -> tuple:
-    return (info['ticks'], info['obs_seq'], info['obs_age_ms'], info['obs_lost'], info['actions_lost'],
-            tuple(info['e2e_ms']), info['executed'].tolist())
+    return (info['ticks'], info['obs_seq'], info['applied_obs_seq'], info['applied_index'], info['obs_age_ms'],
+            info['obs_lost'], info['actions_lost'], tuple(info['e2e_ms']), info['executed'].tolist())
 
 
 def vector_info(info: dict, i: int) -> tuple:
     e2e = tuple(info['e2e_ms'][info['e2e_env'] == i])
-    return (info['ticks'][i], info['obs_seq'][i], info['obs_age_ms'][i], info['obs_lost'][i],
-            info['actions_lost'][i], e2e, info['executed'][i].tolist())
+    return (info['ticks'][i], info['obs_seq'][i], info['applied_obs_seq'][i], info['applied_index'][i],
+            info['obs_age_ms'][i], info['obs_lost'][i], info['actions_lost'][i], e2e, info['executed'][i].tolist())
 
 
 @pytest.mark.parametrize('profile, horizon, start_plan', [

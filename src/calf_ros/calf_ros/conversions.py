@@ -13,7 +13,7 @@ from builtin_interfaces.msg import Time
 
 from calf_core.errors import MessageError
 from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON, saturate
-from calf_core.timing import EpisodeSummary, ObsRecord
+from calf_core.timing import EpisodeSummary, ObsRecord, applied_facts
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 
@@ -25,6 +25,8 @@ class ReceivedObservation(NamedTuple):
     stamp_ns: int
     terminated: bool
     truncated: bool
+    applied_obs_seq: int = -1
+    applied_index: int = -1
 
 
 class ReceivedAction(NamedTuple):
@@ -51,6 +53,7 @@ def obs_to_msg(record: ObsRecord, stamp_ns: int, run: int = 0) -> Observation:
     msg.shape = list(record.obs.shape)
     msg.reward = float(record.reward)
     msg.terminated, msg.truncated = record.terminated, record.truncated
+    msg.applied_obs_seq, msg.applied_index = applied_facts(record)
     return msg
 
 
@@ -66,8 +69,12 @@ def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
         raise MessageError(f'observation seq {msg.seq}: shape {list(msg.shape)} does not hold {data.size} values')
     if not np.all(np.isfinite(data)):
         raise MessageError(f'observation seq {msg.seq}: contains NaN or infinite values')
+    applied = (-1, -1) if msg.seq == 0 else (msg.applied_obs_seq, msg.applied_index)  # nothing applied at reset
+    if not (-1 <= applied[0] < msg.seq and -1 <= applied[1] < MAX_PLAN_HORIZON):
+        raise MessageError(f'observation seq {msg.seq}: applied_obs_seq {applied[0]} and applied_index {applied[1]} '
+                           f'are not an earlier observation and a plan element (-1 for none)')
     return ReceivedObservation(msg.run, msg.episode, msg.seq, data, time_ns(msg.header.stamp), msg.terminated,
-                               msg.truncated)
+                               msg.truncated, *applied)
 
 
 def plan_to_msg(obs: ReceivedObservation, plan: Sequence[Any], source: str, compute_ms: float,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import array
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from calf_core.errors import MessageError
 from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON, U64_MAX, add_count, saturate
 from calf_msgs.msg import Action, LinkStats, Observation
-from calf_ros.conversions import msg_to_obs, msg_to_plan
+from calf_core.task_spec import TaskSpec
+from calf_core.timing import Stepper
+from calf_ros.conversions import msg_to_obs, msg_to_plan, obs_to_msg
 
 
 def action(plan: list[int], discrete: int = 0) -> Action:
@@ -53,6 +56,28 @@ def observation(data: np.ndarray, shape: list[int]) -> Observation:
 def test_hostile_observations_are_refused(data: np.ndarray, shape: list[int], message: str) -> None:
     with pytest.raises(MessageError, match=message):
         msg_to_obs(observation(data, shape), 4)
+
+
+@pytest.mark.parametrize('applied_obs_seq, applied_index', [(1, 0), (7, 0), (-2, -1), (0, -2),
+                                                          (0, MAX_PLAN_HORIZON), (-2 ** 63, 2 ** 31 - 1)])
+def test_impossible_applied_actions_are_refused(applied_obs_seq: int, applied_index: int) -> None:
+    """Observation 1 can only report the initial action (-1) or the plan answering observation 0."""
+    msg = observation(np.zeros(4, np.float32), [4])
+    msg.applied_obs_seq, msg.applied_index = applied_obs_seq, applied_index
+    with pytest.raises(MessageError, match='not an earlier observation and a plan element'):
+        msg_to_obs(msg, 4)
+
+
+def test_the_applied_action_round_trips_and_is_ignored_on_the_reset_observation() -> None:
+    env = Stepper(gym.make('CartPole-v1'), TaskSpec(name='cartpole', env='CartPole-v1', dt=0.02))
+    reset = env.reset(0.0, seed=0)
+    assert env.on_action(0, 0, [1], 0.01).value == 'accepted'
+    first, second = env.tick(0.02), env.tick(0.04)
+    received = [msg_to_obs(obs_to_msg(record, 0), 4) for record in (reset, first, second)]
+    assert [(r.applied_obs_seq, r.applied_index) for r in received] == [(-1, -1), (0, 0), (0, -1)]  # then held
+    stray = obs_to_msg(reset, 0)
+    stray.applied_obs_seq, stray.applied_index = 5, 3  # a publisher that fills the fields at reset
+    assert msg_to_obs(stray, 4)[-2:] == (-1, -1)
 
 
 @pytest.mark.parametrize('total, change, expected', [
