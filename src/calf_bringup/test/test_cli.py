@@ -33,6 +33,17 @@ def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy
         PolicyRunner.from_checkpoint(tmp_path)
 
 
+@pytest.mark.parametrize('flag, regime, expected', [([], 'full', True), (['--no-delay-state'], 'full', False),
+                                                   (['--delay-state'], 'baseline', True), ([], 'baseline', False)])
+def test_the_delay_state_follows_the_regime_unless_asked(flag: list[str], regime: str, expected: bool,
+                                                         tmp_path: Path) -> None:
+    assert cli.main(['train', '--regime', regime, *flag, '--steps', '512', '--quiet', '--out', str(tmp_path)]) == 0
+    agent, meta = load_checkpoint(tmp_path)
+    rep = Representation(**meta['representation'])
+    assert rep.delay_state is expected and agent.obs_dim == rep.feature_size(4, 2)
+    PolicyRunner.from_checkpoint(tmp_path)  # a policy node loads it
+
+
 def test_calf_train_envs_sets_the_rollout_width(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(['train', '--envs', '32', '--steps', '1024', '--quiet', '--out', str(tmp_path)]) == 0
     assert load_checkpoint(tmp_path)[1]['train_config']['num_envs'] == 32
