@@ -22,10 +22,9 @@ from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e
 from calf_core.vector_networked import VectorNetworkedCartPole
 
-REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'randomised_delay', 'full': 'randomised_full'}
-"""Regime name -> the network profile it trains under. Delay-Only and Full train on delays randomised from 0
-to beyond wifi_degraded's p95 (README, "Delay-aware training"); the paper's fixed-distribution profiles
-remain as ``delay_only`` and ``full_net_aware`` (``calf train --network``)."""
+REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'delay_only', 'full': 'full_net_aware'}
+"""Regime name -> the network profile it trains under (paper, Table 2). Training on randomised delays is
+``--network randomised_delay`` or ``randomised_full`` (README, "Delay-aware training")."""
 
 
 def regime_profile(regime: str) -> str:

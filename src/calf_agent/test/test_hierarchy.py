@@ -37,15 +37,15 @@ def test_train_hierarchy_writes_every_sub_policy_and_the_description(tmp_path: P
     doc = json.loads((tmp_path / 'hierarchy.json').read_text())
     assert doc['subpolicies'] == [
         {'name': 'stabilise', 'placement': 'edge', 'network': 'sim_clean', 'checkpoint': 'stabilise'},
-        {'name': 'recenter', 'placement': 'desktop', 'network': 'randomised_delay', 'checkpoint': 'recenter'}]
+        {'name': 'recenter', 'placement': 'desktop', 'network': 'delay_only', 'checkpoint': 'recenter'}]
     assert (doc['env'], doc['regime'], doc['seed'], doc['silence_timeout_s']) == ('cartpole', 'delay_only', 3, 0.2)
     assert doc['gating'] == {'angle_rad': 0.05, 'angular_velocity_rad_s': 0.5}
     assert load_hierarchy(tmp_path) == hierarchy
     _, stabilise = load_checkpoint(tmp_path / 'stabilise')
     _, recenter = load_checkpoint(tmp_path / 'recenter')
     assert (stabilise['subtask'], stabilise['representation']) == ('stabilise', {'frames': 1, 'actions': 0})
-    # delay_only trains under randomised_delay: d = ceil(p50 81 ms / 20 ms) = 5 ticks; d + 1 frames, no action history
-    assert (recenter['subtask'], recenter['representation']) == ('recenter', {'frames': 6, 'actions': 0})
+    # delay_only: d = ceil(51 ms / 20 ms) = 3 ticks; a frame stack of d + 1, no action history
+    assert (recenter['subtask'], recenter['representation']) == ('recenter', {'frames': 4, 'actions': 0})
 
 
 def test_remote_sub_policy_drives_after_its_first_fresh_answer(tmp_path: Path) -> None:

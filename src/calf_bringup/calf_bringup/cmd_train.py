@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser('train', help='train a policy with PPO under a network regime')
     add_env_arguments(parser)
     parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
-                        help='baseline (sim_clean), delay_only (randomised_delay), or full (randomised_full)')
+                        help='baseline (sim_clean), delay_only, or full (full_net_aware)')
     parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')

@@ -16,7 +16,7 @@ def test_env_table_has_baseline_and_full_under_the_five_networks(tmp_path: Path)
     spec_file.write_text('env: Pendulum-v1\nhold: zero\n')
     spec = env_table(str(spec_file))
     assert spec.name == 'env_my_robot' and spec.env == str(spec_file)
-    assert [r.network for r in spec.rows] == ['sim_clean', 'randomised_full'] and spec.columns == COLUMNS
+    assert [r.network for r in spec.rows] == ['sim_clean', 'full_net_aware'] and spec.columns == COLUMNS
     assert spec.steps > 0
     assert env_table('InvertedPendulum-v5').name == 'env_InvertedPendulum-v5'
 
