@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-
 TICK_SCALE = 10.0
 """Tick counts in the delay state are divided by this (typical values fall in 0..1)."""
 MAX_TICKS = 50

@@ -10,9 +10,9 @@ import pytest
 
 from calf_core.errors import MessageError
 from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON, U64_MAX, add_count, saturate
-from calf_msgs.msg import Action, LinkStats, Observation
 from calf_core.task_spec import TaskSpec
 from calf_core.timing import Stepper
+from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.conversions import msg_to_obs, msg_to_plan, obs_to_msg
 
 
