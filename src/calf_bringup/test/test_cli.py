@@ -51,6 +51,15 @@ def test_calf_train_envs_sets_the_rollout_width(tmp_path: Path, capsys: pytest.C
     assert 'bad training settings: total_steps=512 is below one rollout' in capsys.readouterr().err
 
 
+def test_minigrid_dynamic_trains_an_lstm_and_evaluates_behind_a_network(tmp_path: Path) -> None:
+    assert cli.main(['train', '--env', 'minigrid_dynamic', '--regime', 'baseline', '--steps', '1024', '--quiet',
+                     '--out', str(tmp_path)]) == 0
+    agent, meta = load_checkpoint(tmp_path)
+    assert (meta['env'], agent.kind, agent.obs_dim, agent.n_actions) == ('minigrid_dynamic', 'lstm', 147, 3)
+    report = evaluate_sim(tmp_path, load_profile('wifi_degraded'), episodes=2, seed=0)
+    assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0
+
+
 @pytest.mark.parametrize('argv, message', [
     (['train', '--planner', 'model'], 'calf train: error: --planner model needs --plan-horizon >= 2'),
     (['train', '--env', 'minigrid', '--planner', 'model', '--plan-horizon', '4'],

@@ -13,6 +13,8 @@ A spec is read from YAML (the built-in tasks are ``calf_core/tasks/*.yaml``; a u
     success: time_limit       # time_limit (survives to truncation) | goal (terminal with reward > 0)
     observation_keys: [image] # Dict/Tuple observations: the parts flattened into one vector, in order
     imports: [minigrid]       # modules imported first, to register the env's id
+    agent: lstm               # the policy it trains by default: lstm (one frame, memory) | mlp (frame stack)
+    ppo: {ent_coef: 0.1}      # PPO settings that differ from the defaults for its action space
 """
 from __future__ import annotations
 
@@ -42,6 +44,10 @@ class SuccessRule(enum.Enum):
     GOAL = 'goal'  # it ended in a terminal state with a positive reward (MiniGrid)
 
 
+AGENTS = ('mlp', 'lstm')
+"""The policies a spec's ``agent`` may name (``calf_agent.policies``: MlpAgent, LstmAgent)."""
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """How one task is ticked and what it does without a fresh action (see the module doc)."""
@@ -57,12 +63,16 @@ class TaskSpec:
     success: SuccessRule = SuccessRule.TIME_LIMIT
     observation_keys: tuple[str | int, ...] | None = None
     imports: tuple[str, ...] = ()
+    agent: str | None = None  # None: the trainer's default for the action space
+    ppo: tuple[tuple[str, float], ...] = ()  # (PPOConfig field, number) pairs over the trainer's defaults
 
     def __post_init__(self) -> None:
         if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool) and self.dt > 0):
             raise ConfigError(f'task {self.name}: dt must be a tick period in seconds > 0, got {self.dt!r}')
         if self.hold is HoldMode.NOOP and self.noop_action is None:
             raise ConfigError(f'task {self.name}: hold noop needs a noop_action')
+        if self.agent is not None and self.agent not in AGENTS:
+            raise ConfigError(f'task {self.name}: agent must be one of {", ".join(AGENTS)}, got {self.agent!r}')
 
 
 _KEYS = {f.name for f in fields(TaskSpec)}
@@ -98,6 +108,7 @@ def spec_from_mapping(data: Any, name: str, dt: float | None = None) -> TaskSpec
                 raise ConfigError(f'task spec {name}: {key} must be a list, got {values[key]!r}')
             values[key] = tuple(values[key])
     values['imports'] = values.get('imports') or ()
+    values['ppo'] = _ppo(values.get('ppo'), name)
     values['env'] = str(values.get('env') or '')
     return TaskSpec(**values)
 
@@ -128,6 +139,17 @@ def _action(value: Any, key: str, name: str | None) -> Action:
     where = f'task spec {name}: ' if name else ''
     raise ConfigError(f'{where}{key} must hold integer actions such as [0, 1] or lists of numbers for '
                       f'continuous actions, got {value!r}')
+
+
+def _ppo(value: Any, name: str) -> tuple[tuple[str, float], ...]:
+    """``ppo: {ent_coef: 0.1}`` as sorted (name, number) pairs; the trainer checks the names."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                                 for k, v in value.items()):
+        raise ConfigError(f'task spec {name}: ppo must map PPO settings to numbers, such as {{ent_coef: 0.1}}, '
+                          f'got {value!r}')
+    return tuple(sorted((k, v) for k, v in value.items()))
 
 
 def _enum(kind: type[enum.Enum], value: Any, key: str, name: str) -> Any:

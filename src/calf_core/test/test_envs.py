@@ -19,6 +19,15 @@ def test_builtin_tasks_come_from_their_spec_files() -> None:
     assert make_env('minigrid').observation_space.shape == (147,)  # the image part of the Dict, flattened
 
 
+def test_minigrid_dynamic_repeats_its_last_action_and_trains_an_lstm() -> None:
+    spec = env_spec('minigrid_dynamic')
+    assert (spec.env, spec.dt, spec.hold, spec.initial_action, spec.success) == (
+        'MiniGrid-Dynamic-Obstacles-Random-5x5-v0', 0.08, HoldMode.LAST, 0, SuccessRule.GOAL)
+    assert (spec.agent, spec.ppo, env_spec('minigrid').agent) == ('lstm', (('ent_coef', 0.1),), 'lstm')
+    env = make_env('minigrid_dynamic')
+    assert env.observation_space.shape == (147,) and env.action_space.n == 3  # left, right, forward: no no-op
+
+
 def test_a_gymnasium_id_ticks_at_the_envs_own_dt_and_holds_zero_for_box_actions() -> None:
     spec = env_spec('Pendulum-v1')
     assert (spec.env, spec.dt, spec.hold) == ('Pendulum-v1', 0.05, HoldMode.ZERO)
@@ -62,6 +71,9 @@ def test_bad_envs_are_one_line_config_errors(name: str, message: str) -> None:
     ('env: Pendulum-v1\ntick: 0.05\n', "unknown key 'tick'"),
     ('env: Pendulum-v1\ndt: -1\n', 'dt must be a tick period in seconds > 0'),
     ('env: Acrobot-v1\nhold: noop\n', 'hold noop needs a noop_action'),
+    ('env: Acrobot-v1\nagent: gru\n', "agent must be one of mlp, lstm, got 'gru'"),
+    ('env: Acrobot-v1\nppo: [0.1]\n', r'ppo must map PPO settings to numbers, such as \{ent_coef: 0.1\}'),
+    ('env: Acrobot-v1\nppo: {ent_coef: high}\n', 'ppo must map PPO settings to numbers'),
 ])
 def test_bad_spec_files_are_one_line_config_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / 'task.yaml'

@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from test_timing import TickCounterEnv, task
 
-from calf_core.envs import make_env, make_networked_env
+from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.link import Link
 from calf_core.models import BernoulliLoss, FixedDelay
 from calf_core.networked_env import NetworkedEnv
@@ -132,6 +132,31 @@ def test_minigrid_takes_noops_without_fresh_actions() -> None:
     _, _, _, _, info = env.step(2)
     assert info['ticks'] >= 1
     assert make_env('minigrid').observation_space.shape == (147,)
+
+
+def run_reactive(env: NetworkedEnv, episodes: int) -> str:
+    """Forward when the cell ahead is empty or the goal, else turn left; one letter per episode:
+    S (reached the goal), C (crashed) or T (time limit)."""
+    front = (3 * 7 + 5) * 3  # the object type of the cell ahead in the flat 7x7x3 view
+    letters = ''
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, _, terminated, truncated, info = env.step(2 if obs[front] in (1, 8) else 0)
+        letters += 'S' if info['success'] else 'C' if terminated else 'T'
+    return letters
+
+
+def test_minigrid_dynamic_crashes_a_reactive_policy_only_when_its_actions_are_late() -> None:
+    """Fresh views: moving forward only into free cells never collides. Two ticks late (60 ms each way at
+    80 ms ticks), the held and stale forwards run into walls and balls."""
+    def run(one_way_ms: float) -> str:
+        return run_reactive(NetworkedEnv(make_env('minigrid_dynamic'), env_spec('minigrid_dynamic'),
+                                         fixed_link(one_way_ms), fixed_link(one_way_ms)), 20)
+
+    assert run(0) == 'S' * 20
+    assert run(60).count('C') >= 15
 
 
 def run_plans(env: NetworkedEnv, steps: int) -> list[np.ndarray]:

@@ -1,0 +1,22 @@
+"""The training settings a task's spec asks for (``agent``, ``ppo``), over the trainer's defaults."""
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from calf_agent.ppo import PPOConfig
+from calf_agent.trainer import TrainConfig
+from calf_core.errors import ConfigError
+from calf_core.task_spec import TaskSpec
+
+PPO_SETTINGS = tuple(f.name for f in fields(PPOConfig))
+
+
+def for_task(spec: TaskSpec, base: TrainConfig) -> TrainConfig:
+    """``base`` with ``spec``'s policy kind and PPO settings; one-line ConfigError for an unknown setting."""
+    unknown = [name for name, _ in spec.ppo if name not in PPO_SETTINGS]
+    if unknown:
+        raise ConfigError(f'task {spec.name}: unknown ppo setting {unknown[0]!r}: use {", ".join(PPO_SETTINGS)}')
+    try:
+        return replace(base, agent=spec.agent or base.agent, ppo=replace(base.ppo, **dict(spec.ppo)))
+    except ValueError as err:
+        raise ConfigError(f'task {spec.name}: bad ppo settings: {err}') from None
