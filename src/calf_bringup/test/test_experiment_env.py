@@ -58,3 +58,18 @@ def test_the_tables_regime_rows_train_under_the_regimes_profiles() -> None:
     from calf_bringup.experiment_specs import REGIME_ROWS
 
     assert [row.network for row in REGIME_ROWS] == [REGIMES[r] for r in ('baseline', 'delay_only', 'full')]
+
+
+@pytest.mark.slow
+def test_table5_dynamic_trains_the_three_regimes_into_the_results_readme(tmp_path: Path) -> None:
+    """One rollout per regime on minigrid_dynamic, every network column, into the results README."""
+    out = tmp_path / 'results'
+    assert main(['experiment', 'table5_dynamic', '--seeds', '1', '--episodes', '2', '--steps', '1024',
+                 '--workers', '1', '--out', str(out)]) == 0
+    result = json.loads((out / 'table5_dynamic.json').read_text())
+    assert (result['env'], result['metric'], list(result['cells'])) == (
+        'minigrid_dynamic', 'success_rate', ['Baseline', 'Delay-Only', 'Full Net-Aware'])
+    assert all(len(cell['per_seed']) == 1 and 0 <= cell['mean'] <= 100
+               for row in result['cells'].values() for cell in row.values())
+    assert list(result['cells']['Baseline']) == [c.name for c in COLUMNS]
+    assert '## table5_dynamic: MiniGrid Dynamic-Obstacles' in (out / 'README.md').read_text()
