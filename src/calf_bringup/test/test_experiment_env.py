@@ -1,5 +1,5 @@
 """``calf experiment --env ENV``: a Table-4-style table for a user's env, built from the env, refused in one line
-when the env or the arguments are wrong."""
+when the env or the arguments are wrong; and the built-in task's table, ``table5_dynamic``."""
 from __future__ import annotations
 
 import json
