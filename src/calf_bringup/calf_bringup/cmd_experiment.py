@@ -1,4 +1,4 @@
-"""``calf experiment table4|table5|table5_dynamic|table6|table7|table8|table9|all``: reproduce the paper's tables;
+"""``calf experiment table4|table5|table5_dynamic|table6|table7|table8|table8_dynamic|table9|all``: reproduce the paper's tables;
 ``calf experiment --env ENV``: a Table-4-style table for any env."""
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ total budget split evenly across its sub-policies (``calf train-hierarchy``). Ev
 evaluated under the deployment network (wifi_normal) in virtual time (``calf_agent.graph_sim``,
 all seeds), and the seed-0 policies also through the live node graph over DDS at time scale 1
 (``calf eval --backend ros --placement ...``), which measures E2E latency with the real node hops.
-Runs are cached under ``OUT/graph_cache/`` so that an interrupted experiment resumes.
+Runs are cached under ``OUT/graph_cache/`` so that an interrupted experiment resumes. A task without
+sub-tasks (``calf_agent.subtasks``), such as MiniGrid Dynamic-Obstacles, has the two flat rows only.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from calf_agent.subtasks import subtasks
+from calf_agent.subtasks import SUBTASKS, subtasks
 from calf_core import atomic
 from calf_core.yaml_files import read_json
 
@@ -47,6 +48,9 @@ GRAPH_TABLES = {
                          'minigrid', 'wifi_normal', 'full', 500_000,
                          {'Flat (Desktop)': 'success 77 ± 9 %', 'Flat (Edge)': 'success 82 ± 7 %',
                           'Hierarchical (Distributed)': 'success 79 ± 8 %'}),
+    'table8_dynamic': GraphTable('table8_dynamic', 'MiniGrid Dynamic-Obstacles policy graph: deployment '
+                                 'configurations over Wi-Fi-Normal', 'minigrid_dynamic', 'wifi_normal', 'full',
+                                 200_000, {}, 'Dynamic-Obstacles has no sub-tasks, so no hierarchical graph.'),
 }
 
 
@@ -110,24 +114,31 @@ def run_graph_table(spec: GraphTable, seeds: int, episodes: int, out: Path, work
     steps = steps or spec.steps
     cache = out / 'graph_cache'
     cache.mkdir(parents=True, exist_ok=True)
-    jobs = [(kind, spec, seed, steps, cache) for seed in range(seeds) for kind in ('flat', 'hierarchy')]
+    graphs = graph_rows(spec)
+    kinds = ('flat', 'hierarchy') if 'hierarchical' in graphs.values() else ('flat',)
+    jobs = [(kind, spec, seed, steps, cache) for seed in range(seeds) for kind in kinds]
     with ProcessPoolExecutor(workers, initializer=_one_thread) as pool:
         trained = dict(zip([(kind, seed) for kind, _, seed, _, _ in jobs], pool.map(_train, jobs)))
         evals = {(row, seed): (graph, trained['hierarchy' if graph == 'hierarchical' else 'flat', seed], spec.network,
-                               episodes, seed) for row, graph in GRAPH_ROWS.items() for seed in range(seeds)}
-        for sub in load_hierarchy(trained['hierarchy', 0]).subpolicies:
+                               episodes, seed) for row, graph in graphs.items() for seed in range(seeds)}
+        for sub in load_hierarchy(trained['hierarchy', 0]).subpolicies if 'hierarchy' in kinds else ():
             graph = 'flat_edge' if sub.placement == 'edge' else 'flat_desktop'
             evals.update({(f'{sub.name} alone ({sub.placement}, ablation)', seed): (
                 graph, load_hierarchy(trained['hierarchy', seed]).checkpoint(sub), spec.network, episodes, seed)
                 for seed in range(seeds)})
         reports = dict(zip(evals, pool.map(_evaluate, evals.values())))
-    live = _live(spec, {graph: evals[row, 0][1] for row, graph in GRAPH_ROWS.items()}, max(2, episodes // 5))
+    live = _live(spec, {graph: evals[row, 0][1] for row, graph in graphs.items()}, max(2, episodes // 5))
     rows = {row: _row([reports[row, seed] for seed in range(seeds)], live.get(GRAPH_ROWS.get(row)))
             for row in dict.fromkeys(row for row, _ in evals)}
     return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'network': spec.network,
             'regime': spec.regime, 'seeds': seeds, 'episodes': episodes, 'steps': steps,
             'live_episodes': live['flat_desktop']['episodes'], 'rows': rows, 'paper': spec.paper,
-            'note': spec.note, 'goal': _goal(rows)}
+            'note': spec.note, 'goal': _goal(rows) if 'hierarchy' in kinds else {}}
+
+
+def graph_rows(spec: GraphTable) -> dict[str, str]:
+    """The rows ``spec`` has: row name -> placement; no hierarchical row for a task without sub-tasks."""
+    return {row: graph for row, graph in GRAPH_ROWS.items() if graph != 'hierarchical' or spec.env in SUBTASKS}
 
 
 def _live(spec: GraphTable, policy: dict[str, Path], episodes: int) -> dict[str, dict[str, Any]]:
@@ -213,21 +224,28 @@ def write_graph_files(result: dict[str, Any], out: Path) -> list[Path]:
     """Write a finished graph table's JSON and Markdown."""
     json_path, md_path = out / f'{result["table"]}.json', out / f'{result["table"]}.md'
     json_path.write_text(json.dumps(result, indent=1))
-    hier = result['rows']['Hierarchical (Distributed)']
+    hierarchy = _hierarchy_text(result['rows'].get('Hierarchical (Distributed)'))
+    goal = f'Goal (virtual time): {_verdict(result["goal"])}.\n\n' if result['goal'] else ''
     md_path.write_text(
         f'# {result["table"]}: {result["title"]}\n\n{result["markdown"]}\n\n'
         f'Success, return and E2E latency: {result["seeds"]} training seeds × {result["episodes"]} episodes in '
         f'virtual time (mean ± sample std across seeds; latency: median across seeds). Live: the seed-0 policies, '
         f'{result["live_episodes"]} episodes each through the node graph over DDS at time scale 1. Every '
         f'configuration is evaluated under `{result["network"]}`; Flat (Edge) sends nothing across it. The flat '
-        f'policy trains {result["steps"]} PPO steps under the `{result["regime"]}` regime; the hierarchy the same '
-        f'total, split evenly across its sub-policies (edge ones under `sim_clean`). Ablation rows run one '
-        f'sub-policy alone on the whole task, where it is placed.\n\n'
-        f'Share of the env\'s actions per sub-policy (hierarchical): {_shares(hier["forwarded_share"])} in virtual '
-        f'time; {_shares(hier["live"]["forwarded_share"])} live.\n\n'
-        f'Live latencies include every node\'s Python DDS hops on a shared 2-core host: in the hierarchical '
-        f'graph all sub-policy nodes, the arbiter and the shim wake on each observation, so they vary with the '
-        f'host\'s load. {result["note"]}\n\n'
-        f'Goal (virtual time): {_verdict(result["goal"])}.\n\n'
+        f'policy trains {result["steps"]} PPO steps under the `{result["regime"]}` regime{hierarchy} '
+        f'{result["note"]}\n\n{goal}'
         f'Command: `{result["command"]}` ({result["run_time_s"]:.0f} s)\n')
     return [json_path, md_path]
+
+
+def _hierarchy_text(hier: dict[str, Any] | None) -> str:
+    """How the hierarchy trained and what each sub-policy did, or the live latencies' note without one."""
+    if hier is None:
+        return '.\n\nLive latencies include the Python DDS hops of the env, shim and policy nodes on a shared 2-core host.'
+    return (f'; the hierarchy the same total, split evenly across its sub-policies (edge ones under `sim_clean`). '
+            f'Ablation rows run one sub-policy alone on the whole task, where it is placed.\n\n'
+            f'Share of the env\'s actions per sub-policy (hierarchical): {_shares(hier["forwarded_share"])} in virtual '
+            f'time; {_shares(hier["live"]["forwarded_share"])} live.\n\n'
+            f'Live latencies include every node\'s Python DDS hops on a shared 2-core host: in the hierarchical '
+            f'graph all sub-policy nodes, the arbiter and the shim wake on each observation, so they vary with the '
+            f'host\'s load.')
