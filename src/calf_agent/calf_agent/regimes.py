@@ -9,6 +9,7 @@ from pathlib import Path
 import gymnasium as gym
 
 from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
+from calf_agent.task_training import for_task
 from calf_agent.trainer import (
     TrainConfig,
     TrainResult,
@@ -48,10 +49,13 @@ def is_continuous(env: str) -> bool:
 
 
 def train_defaults(env: str) -> TrainConfig:
-    """The PPO settings ``env`` trains with by default: continuous, CartPole's or MiniGrid's."""
+    """The PPO settings ``env`` trains with by default: continuous, CartPole's or MiniGrid's, with the task
+    spec's ``agent`` and ``ppo`` settings over them."""
     if is_continuous(env):
-        return continuous_defaults()
-    return cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
+        base = continuous_defaults()
+    else:
+        base = cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
+    return for_task(env_spec(env), base)
 
 
 def default_representation(env: str, profile: Profile) -> Representation:

@@ -56,6 +56,7 @@ def test_minigrid_dynamic_trains_an_lstm_and_evaluates_behind_a_network(tmp_path
                      '--out', str(tmp_path)]) == 0
     agent, meta = load_checkpoint(tmp_path)
     assert (meta['env'], agent.kind, agent.obs_dim, agent.n_actions) == ('minigrid_dynamic', 'lstm', 147, 3)
+    assert meta['train_config']['ppo']['ent_coef'] == 0.1  # the task spec's ppo setting
     report = evaluate_sim(tmp_path, load_profile('wifi_degraded'), episodes=2, seed=0)
     assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0
 
