@@ -65,10 +65,10 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
         raise ConfigError(f'distributed training runs the MLP agent, which {p["env"]} does not use: train it '
                           'with calf train')
     profile = load_profile(p['network'])
-    default = default_representation(p['env'], profile)
+    default = default_representation(p['env'], profile, None if p['delay_state'] < 0 else bool(p['delay_state']))
     rep = Representation(frames=p['frames'] or default.frames,
                          actions=default.actions if p['action_history'] < 0 else p['action_history'],
-                         delay_state=default.delay_state if p['delay_state'] < 0 else bool(p['delay_state']))
+                         delay_state=default.delay_state)
     base = cartpole_defaults()
     env_config = {'env': p['env'], 'network': p['network'], 'regime': p['regime'], 'representation': rep.as_dict(),
                   'plan_horizon': 1, 'num_steps': p['num_steps']}

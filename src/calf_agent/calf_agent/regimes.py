@@ -58,19 +58,19 @@ def train_defaults(env: str) -> TrainConfig:
     return for_task(env_spec(env), base)
 
 
-def default_representation(env: str, profile: Profile) -> Representation:
-    """Paper, Table 3, plus the delay state on a delayed link: CartPole stacks k = d + 1 frames; an LSTM
-    (MiniGrid) sees one frame; continuous-action tasks stack d + 1 frames. d is the profile's median
-    E2E latency in ticks. Behind a delayed link (d > 0) a discrete-action policy also remembers its
-    last max(d, d95) actions (d95: the p95 latency in ticks, so that the actions in flight fit) with
-    the delay state; continuous actions have no action history and keep the plain frame stack."""
+def default_representation(env: str, profile: Profile, delay_state: bool | None = None) -> Representation:
+    """Paper, Table 3, plus the delay state on a delayed link. d is the profile's median E2E latency in
+    ticks: CartPole stacks k = d + 1 frames and remembers its d in-flight actions; an LSTM (MiniGrid)
+    sees one frame; continuous-action tasks stack d + 1 frames, with no action history. With the delay
+    state (the default for discrete actions when d > 0, or ``delay_state=True``) a policy remembers
+    its last max(d, d95) actions instead (d95: the p95 latency in ticks, so the actions in flight fit)."""
     spec = env_spec(env)
     d = typical_delay_ticks(profile, spec.dt)
-    lstm = train_defaults(env).agent == 'lstm'
     if is_continuous(env):
-        return Representation(frames=d + 1, actions=0)
-    if d == 0:
-        return Representation(frames=1, actions=0)
+        return Representation(frames=d + 1, actions=0, delay_state=bool(delay_state))
+    lstm = train_defaults(env).agent == 'lstm'
+    if not (d > 0 if delay_state is None else delay_state):
+        return Representation(frames=1, actions=0) if lstm else Representation(frames=d + 1, actions=d)
     actions = max(d, typical_delay_ticks(profile, spec.dt, 95))
     return Representation(frames=1 if lstm else d + 1, actions=actions, delay_state=True)
 

@@ -82,11 +82,10 @@ def run(args: argparse.Namespace) -> int:
         return _train_model_planner(args, network)
     rep = None
     if args.frames is not None or args.action_history is not None or args.obs_age or args.delay_state is not None:
-        default = default_representation(args.env, load_profile(network))
+        default = default_representation(args.env, load_profile(network), args.delay_state)
         rep = Representation(frames=args.frames or default.frames,
                              actions=default.actions if args.action_history is None else args.action_history,
-                             obs_age=args.obs_age,
-                             delay_state=default.delay_state if args.delay_state is None else args.delay_state)
+                             obs_age=args.obs_age, delay_state=default.delay_state)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -72,9 +72,7 @@ def run_train(job: TrainJob, cache: Path) -> Path:
         train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
                       progress=False)
     else:
-        rep = None
-        if job.row.delay_state is not None:
-            rep = replace(default_representation(job.env, load_profile(job.row.network)), delay_state=job.row.delay_state)
+        rep = default_representation(job.env, load_profile(job.row.network), job.row.delay_state)
         train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name, rep=rep,
                      plan_horizon=job.row.plan_horizon, progress=False)
     try:
