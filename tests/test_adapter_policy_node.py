@@ -3,7 +3,6 @@ through the action table (discrete) or straight into the fields (continuous)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -35,36 +34,45 @@ def write_adapter(tmp_path: Path, observation: dict, action: dict) -> Path:
     return path
 
 
-def test_adapter_policy_node_drives_twist_from_joint_states(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    agent = MlpAgent(4, 2)
-    ckpt = save_checkpoint(tmp_path / 'ckpt', agent, {'env': 'cartpole'})
-    adapter = write_adapter(tmp_path, JOINTS, TWIST_TABLE)
+def drive(ckpt: Path, adapter: Path, prefix: str) -> tuple[AdapterPolicyNode, list[Twist]]:
+    """Run an adapter policy node on ``ckpt`` in-process while a robot node publishes one JointState on
+    ``prefix/joint_states`` every 50 ms; return the node and the first Twists it sent on ``prefix/cmd_vel``."""
     context = new_context()
     executor = SingleThreadedExecutor(context=context)
     robot = Node('robot', context=context)
     executor.add_node(robot)
-    received: list[Any] = []
+    received: list[Twist] = []
     try:
         policy = AdapterPolicyNode(context=context, parameter_overrides=[
             Parameter('policy', value=str(ckpt)), Parameter('adapter', value=str(adapter))])
         executor.add_node(policy)
-        states = robot.create_publisher(JointState, '/ad/joint_states', 10)
-        robot.create_subscription(Twist, '/ad/cmd_vel', received.append, 10)
+        states = robot.create_publisher(JointState, f'{prefix}/joint_states', 10)
+        robot.create_subscription(Twist, f'{prefix}/cmd_vel', received.append, 10)
         msg = JointState(name=['cart', 'pole'], position=[0.01, 0.03], velocity=[-0.02, 0.04])
         timer = robot.create_timer(0.05, lambda: states.publish(msg))
         assert spin_until(executor, lambda: len(received) >= 3, 10.0)
         robot.destroy_timer(timer)
-        expected = int(agent.act(np.float32([0.01, -0.02, 0.03, 0.04]), deterministic=True)[0][0])
-        row = TWIST_TABLE['table'][expected]
-        assert (received[0].linear.x, received[0].angular.z) == pytest.approx(row)
-        assert policy.rejected == 0 and policy.acted >= 3
+        return policy, received
     finally:
         for node in executor.get_nodes():
             executor.remove_node(node)
             node.destroy_node()
         executor.shutdown()
         context.try_shutdown()
+
+
+OBSERVATION = np.float32([0.01, -0.02, 0.03, 0.04])  # the JointState drive() publishes, as the policy sees it
+
+
+def test_adapter_policy_node_drives_twist_from_joint_states(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    agent = MlpAgent(4, 2)
+    ckpt = save_checkpoint(tmp_path / 'ckpt', agent, {'env': 'cartpole'})
+    policy, received = drive(ckpt, write_adapter(tmp_path, JOINTS, TWIST_TABLE), '/ad')
+    expected = int(agent.act(OBSERVATION, deterministic=True)[0][0])
+    row = TWIST_TABLE['table'][expected]
+    assert (received[0].linear.x, received[0].angular.z) == pytest.approx(row)
+    assert policy.rejected == 0 and policy.acted >= 3
 
 
 def test_a_continuous_policy_writes_its_clipped_action_into_twist_fields(tmp_path: Path) -> None:
@@ -76,31 +84,11 @@ def test_a_continuous_policy_writes_its_clipped_action_into_twist_fields(tmp_pat
     ckpt = save_checkpoint(tmp_path / 'ckpt', agent, {'env': 'InvertedPendulum-v5'})
     twist = {'topic': '/adc/cmd_vel', 'type': 'geometry_msgs/msg/Twist', 'fields': ['linear.x', 'angular.z']}
     adapter = write_adapter(tmp_path, {**JOINTS, 'topic': '/adc/joint_states'}, twist)
-    context = new_context()
-    executor = SingleThreadedExecutor(context=context)
-    robot = Node('robot', context=context)
-    executor.add_node(robot)
-    received: list[Any] = []
-    try:
-        policy = AdapterPolicyNode(context=context, parameter_overrides=[
-            Parameter('policy', value=str(ckpt)), Parameter('adapter', value=str(adapter))])
-        executor.add_node(policy)
-        states = robot.create_publisher(JointState, '/adc/joint_states', 10)
-        robot.create_subscription(Twist, '/adc/cmd_vel', received.append, 10)
-        msg = JointState(name=['cart', 'pole'], position=[0.01, 0.03], velocity=[-0.02, 0.04])
-        timer = robot.create_timer(0.05, lambda: states.publish(msg))
-        assert spin_until(executor, lambda: len(received) >= 3, 10.0)
-        robot.destroy_timer(timer)
-        expected = agent.act(np.float32([0.01, -0.02, 0.03, 0.04]), deterministic=True)[0][0]
-        assert expected[0] == pytest.approx(0.2) and -1.0 < expected[1] < 1.0
-        assert (received[0].linear.x, received[0].angular.z) == pytest.approx(tuple(expected))
-        assert received[0].linear.y == 0.0 and policy.rejected == 0
-    finally:
-        for node in executor.get_nodes():
-            executor.remove_node(node)
-            node.destroy_node()
-        executor.shutdown()
-        context.try_shutdown()
+    policy, received = drive(ckpt, adapter, '/adc')
+    expected = agent.act(OBSERVATION, deterministic=True)[0][0]
+    assert expected[0] == pytest.approx(0.2) and -1.0 < expected[1] < 1.0
+    assert (received[0].linear.x, received[0].angular.z) == pytest.approx(tuple(expected))
+    assert received[0].linear.y == 0.0 and policy.rejected == 0
 
 
 def test_a_continuous_policy_refuses_an_action_table(tmp_path: Path) -> None:
