@@ -27,7 +27,7 @@ from tqdm import tqdm
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import MlpAgent, as_batch, make_agent, mlp
-from calf_agent.regimes import typical_delay_ticks
+from calf_agent.regimes import delay_ticks
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
@@ -194,7 +194,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     if not spec.safe_start:
         raise ConfigError(f'the model planner needs a safe start plan, and env {spec.name!r} has none')
     if lead is None:
-        lead = min(typical_delay_ticks(load_profile(network), spec.dt, percentile=95), plan_horizon - 1)
+        lead = min(delay_ticks(load_profile(network), spec.dt)[1], plan_horizon - 1)
     if not 0 <= lead < plan_horizon:
         raise ConfigError(f'the plan lead must be in [0, {plan_horizon}) for plan horizon {plan_horizon}, got {lead}')
     torch.manual_seed(seed)

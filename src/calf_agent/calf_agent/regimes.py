@@ -35,11 +35,14 @@ def regime_profile(regime: str) -> str:
         raise ConfigError(f'unknown regime {regime!r}: choose one of {", ".join(REGIMES)}') from None
 
 
-def typical_delay_ticks(profile: Profile, dt: float, percentile: int = 50) -> int:
-    """The profile's end-to-end latency at ``percentile`` (50: d, or 95) in env ticks, rounded up (0 for a
-    clean link)."""
+def delay_ticks(profile: Profile, dt: float) -> tuple[int, int]:
+    """The profile's end-to-end latency at p50 (d) and p95 in env ticks, rounded up (0 for a clean link),
+    from one sample."""
     stats = sample_e2e(profile, n=20_000, seed=0, dt_s=dt)
-    latency_ms = {50: stats.p50_ms, 95: stats.p95_ms}[percentile]
+    return _ticks(stats.p50_ms, dt), _ticks(stats.p95_ms, dt)
+
+
+def _ticks(latency_ms: float, dt: float) -> int:
     return 0 if not latency_ms > 0 else math.ceil(latency_ms / (dt * 1e3) - 1e-9)
 
 
@@ -65,13 +68,13 @@ def default_representation(env: str, profile: Profile, delay_state: bool | None 
     state (the default for discrete actions when d > 0, or ``delay_state=True``) a policy remembers
     its last max(d, d95) actions instead (d95: the p95 latency in ticks, so the actions in flight fit)."""
     spec = env_spec(env)
-    d = typical_delay_ticks(profile, spec.dt)
+    d, d95 = delay_ticks(profile, spec.dt)
     if is_continuous(env):
         return Representation(frames=d + 1, actions=0, delay_state=bool(delay_state))
     lstm = train_defaults(env).agent == 'lstm'
     if not (d > 0 if delay_state is None else delay_state):
         return Representation(frames=1, actions=0) if lstm else Representation(frames=d + 1, actions=d)
-    actions = max(d, typical_delay_ticks(profile, spec.dt, 95))
+    actions = max(d, d95)
     return Representation(frames=1 if lstm else d + 1, actions=actions, delay_state=True)
 
 
