@@ -8,6 +8,7 @@ with an agent built on torch's ``meta`` device, which allocates nothing.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -77,7 +78,17 @@ def _plan(value: Any, name: str) -> None:
     if not isinstance(value, list) or len(value) > MAX_PLAN_HORIZON:
         raise _Bad(f'{name} must be a list of at most {MAX_PLAN_HORIZON} actions, got {_short(value)}')
     for i, action in enumerate(value):
-        _int(action, f'{name}[{i}]', 0, MAX_ACTIONS - 1)
+        _action(action, f'{name}[{i}]')
+
+
+def _action(value: Any, name: str) -> None:
+    """One action: an index, or the finite values of a Box action."""
+    if isinstance(value, list):
+        if not 1 <= len(value) <= MAX_ACTIONS or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+            raise _Bad(f'{name} must be a list of 1 to {MAX_ACTIONS} finite numbers, got {_short(value)}')
+        return
+    _int(value, name, 0, MAX_ACTIONS - 1)
 
 
 def _hidden(value: Any, name: str) -> None:
@@ -101,6 +112,8 @@ def _check_spec(spec: Any, name: str) -> None:
             _hidden(value, field)
         elif key == 'start_plan':
             _plan(value, field)
+        elif key == 'hold_action':
+            _action(value, field)
         elif isinstance(value, dict):
             _check_spec(value, field)
 

@@ -105,3 +105,8 @@ class GaussianAgent(nn.Module):
         """Clipped actions for raw features ``[obs_dim]`` or ``[B, obs_dim]``; state and seq are unused."""
         action = self.get_action_and_value(self.obs_norm(as_batch(obs)), deterministic=deterministic)[0]
         return self.clip(action).numpy(), None
+
+
+def acts_continuously(agent: nn.Module) -> bool:
+    """Whether ``agent`` sends Box actions: a Gaussian policy, or a model planner over one."""
+    return isinstance(agent, GaussianAgent) or isinstance(getattr(agent, 'base', None), GaussianAgent)

@@ -17,7 +17,7 @@ import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
-from calf_agent.gaussian import GaussianAgent
+from calf_agent.gaussian import acts_continuously
 from calf_agent.policies import Agent
 from calf_agent.representation import HistoryFeatures, ObsFacts, Representation
 from calf_core.timing import ObservationGate
@@ -37,7 +37,7 @@ class PolicyRunner:
             raise CheckpointError('this policy reads the observation age, which a policy node cannot measure without '
                                   'a clock shared with the env: evaluate it with `calf eval --backend sim`, or retrain '
                                   'without --obs-age to deploy it')
-        self.continuous = isinstance(agent, GaussianAgent)
+        self.continuous = acts_continuously(agent)
         if self.continuous and self.rep.actions:
             raise CheckpointError(f'this continuous policy has an action history ({self.rep.actions} actions), '
                                   'which CALF builds for discrete actions only: retrain with --actions 0')
@@ -101,7 +101,7 @@ class PolicyRunner:
 
 def check_action_space(agent: Agent, space: gym.Space, env: str) -> None:
     """Raise CheckpointError in one line unless ``agent`` acts in ``env``'s action ``space`` (per element)."""
-    if isinstance(agent, GaussianAgent):
+    if acts_continuously(agent):
         fits = isinstance(space, gym.spaces.Box) and space.shape[-1:] == (agent.action_dim,)
         kind = f'a continuous policy ({agent.action_dim} values)'
     else:

@@ -1,4 +1,4 @@
-"""The model planner: a learned CartPole model, arrival-aware plans, and what they buy under delay."""
+"""The model planner: learned CartPole and InvertedPendulum models, arrival-aware plans, and what they buy under delay."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,12 @@ import torch
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim
-from calf_agent.planner import DynamicsModel, PlanningAgent, collect_transitions, train_planner
+from calf_agent.gaussian import GaussianAgent
+from calf_agent.planner import DynamicsModel, PlanningAgent, collect_transitions, env_fallbacks, train_planner
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
+from calf_bringup import cli
+from calf_core.envs import env_spec, make_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 
@@ -122,3 +125,98 @@ def test_planner_meta_records_the_dynamics_error(planner_dir: Path) -> None:
     dynamics = json.loads((planner_dir / 'meta.json').read_text())['planner']['dynamics']
     rmse = dynamics['rollout_rmse_16_ticks']
     assert len(rmse) == 4 and max(rmse) < 0.05, rmse
+
+
+# Continuous actions: InvertedPendulum-v5 (MuJoCo, 40 ms ticks, hold zero), the base a Gaussian policy.
+
+PENDULUM_GAINS = np.float32([1.0, 10.0, 1.0, 1.0])
+
+
+def pendulum_law(obs: np.ndarray) -> np.ndarray:
+    """A linear InvertedPendulum controller (torque 3 tanh(x + 10 theta + x' + theta')) that balances for 1000 ticks."""
+    return 3.0 * np.tanh(obs @ PENDULUM_GAINS)
+
+
+@pytest.fixture(scope='module')
+def pendulum_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Gaussian policy whose mean is fitted to ``pendulum_law`` by supervised learning."""
+    torch.manual_seed(0)
+    agent = GaussianAgent(4, 1, [-3.0], [3.0], hidden=(32, 32))
+    states = np.random.default_rng(0).uniform([-1, -0.2, -2, -2], [1, 0.2, 2, 2], (20_000, 4)).astype(np.float32)
+    x, y = torch.as_tensor(states), torch.as_tensor(pendulum_law(states))[:, None]
+    optimizer = torch.optim.Adam(agent.actor_mean.parameters(), 1e-2)
+    for _ in range(300):
+        loss = ((agent.actor_mean(agent.obs_norm(x)) - y) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    out = tmp_path_factory.mktemp('pendulum') / 'base'
+    save_checkpoint(out, agent.eval(), {'env': 'InvertedPendulum-v5', 'representation': {'frames': 1, 'actions': 0},
+                                        'plan_horizon': 1, 'seed': 0})
+    return out
+
+
+@pytest.fixture(scope='module')
+def pendulum_planner(pendulum_base: Path) -> Path:
+    out = pendulum_base.parent / 'planner'
+    train_planner(pendulum_base, out, 'full_net_aware', plan_horizon=8, seed=0, transitions=20_000, epochs=10,
+                  progress=False)
+    return out
+
+
+def test_continuous_plans_copy_the_env_side_then_follow_the_model(pendulum_planner: Path) -> None:
+    """Hold zero: before any plan the env applies zero torque, and it holds zero once a plan runs out."""
+    agent, meta = load_checkpoint(pendulum_planner)
+    lead = agent.lead  # full_net_aware's p95 E2E in 40 ms ticks
+    assert isinstance(agent, PlanningAgent) and agent.continuous and lead == meta['planner']['lead'] == 4
+    assert (agent.start_plan, agent.hold_action) == ([[0.0]], [0.0]) and 'start_plan' not in meta
+    obs = np.array([0.0, 0.05, 0.0, 0.0], dtype=np.float32)
+    first, state = agent.act(obs, None, deterministic=True, seq=[0])
+    assert first.shape == (1, 8, 1) and first.dtype == np.float32
+    assert first[0, :lead, 0].tolist() == [0.0] * lead
+    x = torch.as_tensor(obs).unsqueeze(0)
+    for j in range(8):  # from element ``lead`` on: the base policy's mean on each predicted state, clipped
+        if j >= lead:
+            expected = agent.base.clip(agent.base.actor_mean(agent.base.obs_norm(x))).detach()
+            assert first[0, j] == pytest.approx(float(expected[0, 0]), abs=1e-6), j
+        x = agent.model(x, torch.as_tensor(first[:, j]))
+    second, state = agent.act(obs, state, deterministic=True, seq=[2])  # elements 2.. of the first plan run on
+    assert second[0, :lead].tolist() == first[0, 2:2 + lead].tolist()
+    late, _ = agent.act(obs, state, deterministic=True, seq=[9])  # obs 2's plan covers ticks 3..10, then zeros
+    assert late[0, :lead, 0].tolist() == [second[0, 7, 0]] + [0.0] * (lead - 1) and second[0, 7, 0] != 0.0
+
+
+def test_continuous_plans_survive_the_full_profile_where_single_torques_fall(pendulum_base: Path,
+                                                                           pendulum_planner: Path) -> None:
+    network = load_profile('full_net_aware')
+    single = evaluate_sim(pendulum_base, network, episodes=6, seed=0)
+    planned = evaluate_sim(pendulum_planner, network, episodes=6, seed=0)
+    assert planned['mean_return'] >= 900 and single['mean_return'] < 500, (planned['returns'], single['returns'])
+
+
+def test_policy_runner_sends_continuous_plans(pendulum_planner: Path) -> None:
+    runner = PolicyRunner.from_checkpoint(pendulum_planner)
+    assert runner.continuous and runner.action_description == 'continuous actions of 1 value'
+    plan = runner.on_observation(episode=0, seq=0, obs=np.zeros(4, np.float32), terminated=False)
+    assert isinstance(plan, np.ndarray) and plan.shape == (8, 1) and np.all(np.abs(plan) <= 3.0)
+
+
+def test_env_fallbacks_follow_the_executor() -> None:
+    """What a planner assumes the env applies before its first plan and after one runs out."""
+    def fallbacks(name: str) -> tuple:
+        return env_fallbacks(env_spec(name), make_env(name).action_space)
+
+    assert fallbacks('cartpole') == ([0, 1], None)  # the safe start plan, then hold last
+    assert fallbacks('minigrid') == ([6], 6)  # hold noop, before and after plans
+    assert fallbacks('InvertedPendulum-v5') == ([[0.0]], [0.0])  # hold zero
+    assert fallbacks('Reacher-v5') == ([[0.0, 0.0]], [0.0, 0.0])
+
+
+def test_planner_refuses_memory_policies_and_mismatched_parts(pendulum_base: Path) -> None:
+    assert cli.main(['train', '--env', 'minigrid', '--planner', 'model', '--plan-horizon', '8',
+                     '--out', '/tmp/never']) == 2
+    base, _ = load_checkpoint(pendulum_base)
+    with pytest.raises(ValueError, match='same actions'):
+        PlanningAgent(base.spec(), {'obs_dim': 4, 'n_actions': 2, 'hidden': [8]}, 8, 2, [[0.0]])
+    with pytest.raises(ValueError, match='1 values'):
+        PlanningAgent(base.spec(), {'obs_dim': 4, 'action_dim': 1, 'hidden': [8]}, 8, 2, [[0.0, 1.0]])

@@ -9,7 +9,7 @@ from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_
 from calf_agent.dist_learner import SUMMARY
 from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.planner import train_planner
-from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_policy
+from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
 from calf_agent.trainer import cartpole_defaults
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
@@ -97,9 +97,9 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
     if args.plan_horizon < 2:
         raise ConfigError('--planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
-    if not env_spec(args.env).safe_start:
-        raise ConfigError(f'--planner model needs a rolled-forward state and a safe start plan, '
-                          f'which {args.env} does not have: use --planner ppo')
+    if train_defaults(args.env).agent != 'mlp':
+        raise ConfigError(f'--planner model rolls a fully observed state forward, and {args.env} trains a '
+                          f'memory (LSTM) policy on partial observations: use --planner ppo')
     if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:
         raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
