@@ -68,6 +68,19 @@ def continuous_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope='module')
+def continuous_planner(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model planner (H = 8, lead 3) over a Gaussian InvertedPendulum-v5 policy trained briefly on the bare env:
+    plans of torques in Action.continuous, zero torque held before the first plan and after one runs out."""
+    base = tmp_path_factory.mktemp('policy') / 'inverted_pendulum_baseline'
+    train_policy('InvertedPendulum-v5', 'sim_clean', seed=0, out_dir=base, steps=8192, regime='baseline',
+                 progress=False)
+    out = base.parent / 'planner'
+    train_planner(base, out, 'wifi_degraded', plan_horizon=8, seed=0, lead=3, transitions=10_000, epochs=10,
+                  progress=False)
+    return out
+
+
+@pytest.fixture(scope='module')
 def delay_state_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CartPole policy that reads the delay state (Observation.applied_obs_seq/applied_index), trained
     briefly under full_net_aware: its deterministic episodes last about 120 ticks under wifi_normal."""
@@ -168,6 +181,7 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
 @pytest.mark.ros
 @pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded'),
                                                  ('continuous_policy', 'wifi_normal'),
+                                                 ('continuous_planner', 'wifi_degraded'),
                                                  ('delay_state_policy', 'wifi_normal')])
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,8 +190,9 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
 
     Single actions run under wifi_normal, for CartPole and for a continuous task (InvertedPendulum-v5, its
     torques in Action.continuous), and for a CartPole policy that reads the delay state, which reaches the
-    policy node in Observation's applied_obs_seq and applied_index and the virtual-time policy in info. Plans (H = 8, from the model planner, with the env's start
-    plan) run under wifi_degraded, where their return depends on when each plan arrives: the same
+    policy node in Observation's applied_obs_seq and applied_index and the virtual-time policy in info. Plans (H = 8,
+    from the model planner: CartPole with the env's start plan, InvertedPendulum-v5 with zero torque) run under
+    wifi_degraded, where their return depends on when each plan arrives: the same
     planner with H = 4 and lead 1 scores about 40 there in virtual time, with H = 8 and lead 3 about 130.
 
     The ros graph runs at time scale 1. The live pipeline (four Python DDS hops and the policy's

@@ -8,8 +8,16 @@ from typing import Any
 import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
+from calf_agent.gaussian import acts_continuously
 from calf_agent.policy_runner import check_action_space
-from calf_agent.representation import HistoryFeatures, Representation, observation_age_s, observation_facts
+from calf_agent.representation import (
+    HistoryFeatures,
+    Representation,
+    first_actions,
+    history_actions,
+    observation_age_s,
+    observation_facts,
+)
 from calf_core.envs import make_networked_env
 from calf_core.profiles import Profile
 
@@ -62,9 +70,10 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                                start_plan=_start_plan(meta))
             for i in range(min(batch, episodes))]
     check_action_space(agent, envs[0].action_space, meta['env'])
-    n_actions = int(envs[0].stepper.n_actions)
+    width = history_actions(envs[0].action_space)
+    continuous = acts_continuously(agent)
     obs_size = int(np.prod(envs[0].observation_space.shape))
-    histories = [HistoryFeatures(rep, obs_size, n_actions) for _ in envs]
+    histories = [HistoryFeatures(rep, obs_size, width, continuous) for _ in envs]
     log, started = EpisodeLog(), 0
     feats: list[np.ndarray | None] = [None] * len(envs)
     seqs = np.zeros(len(envs), dtype=np.int64)
@@ -83,7 +92,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
             action = actions[i]
             obs, _, terminated, truncated, info = envs[i].step(action)
             if not (terminated or truncated):
-                feats[i] = histories[i].update(obs, int(np.asarray(action).reshape(-1)[0]),
+                feats[i] = histories[i].update(obs, first_actions(action, 1, continuous, width)[0],
                                                observation_age_s(rep, info), observation_facts(rep, info))
                 seqs[i] = info['obs_seq']
                 continue

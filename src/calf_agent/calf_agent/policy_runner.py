@@ -38,20 +38,18 @@ class PolicyRunner:
                                   'a clock shared with the env: evaluate it with `calf eval --backend sim`, or retrain '
                                   'without --obs-age to deploy it')
         self.continuous = acts_continuously(agent)
-        if self.continuous and self.rep.actions:
-            raise CheckpointError(f'this continuous policy has an action history ({self.rep.actions} actions), '
-                                  'which CALF builds for discrete actions only: retrain with --actions 0')
         self.n_actions = 0 if self.continuous else int(agent.n_actions)
         self.action_dim = int(agent.action_dim) if self.continuous else 0
         self.plan_horizon = int(agent.plan_horizon)
         if int(meta.get('plan_horizon', self.plan_horizon)) != self.plan_horizon:
             raise CheckpointError(f'meta plan_horizon {meta["plan_horizon"]} differs from the agent\'s '
                                   f'{self.plan_horizon}')
-        self.obs_size = _obs_size(int(agent.obs_dim), self.n_actions, self.rep)
+        width = self.action_dim or self.n_actions  # of one action in the history
+        self.obs_size = _obs_size(int(agent.obs_dim), width, self.rep)
         self._gate = ObservationGate()
-        self._history = HistoryFeatures(self.rep, self.obs_size, self.n_actions)
+        self._history = HistoryFeatures(self.rep, self.obs_size, width, self.continuous)
         self._state: Any = None
-        self._last_sent = 0
+        self._last_sent: int | np.ndarray = 0
 
     @property
     def anomalies(self) -> dict[str, int]:
@@ -93,7 +91,9 @@ class PolicyRunner:
             features = self._history.update(obs, self._last_sent, facts=facts)
         actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq)
         if self.continuous:
-            return np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)
+            plan = np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)
+            self._last_sent = plan[0]
+            return plan
         plan = [int(a) for a in np.asarray(actions).reshape(-1)]
         self._last_sent = plan[0]
         return plan
@@ -136,7 +136,8 @@ def _representation(meta: Mapping[str, Any]) -> Representation:
 
 
 def _obs_size(obs_dim: int, n_actions: int, rep: Representation) -> int:
-    """Size of one raw observation, recovered from the agent's input size and the representation."""
+    """Size of one raw observation, recovered from the agent's input size and the representation
+    (``n_actions``: one history action's width)."""
     frames_part = obs_dim - rep.actions * n_actions - rep.extra_size
     if frames_part <= 0 or frames_part % rep.frames:
         raise CheckpointError(f'agent input size {obs_dim} does not fit representation {rep.as_dict()} '

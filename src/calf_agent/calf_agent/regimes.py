@@ -63,14 +63,12 @@ def train_defaults(env: str) -> TrainConfig:
 
 def default_representation(env: str, profile: Profile, delay_state: bool | None = None) -> Representation:
     """Paper, Table 3, plus the delay state on a delayed link. d is the profile's median E2E latency in
-    ticks: CartPole stacks k = d + 1 frames and remembers its d in-flight actions; an LSTM (MiniGrid)
-    sees one frame; continuous-action tasks stack d + 1 frames, with no action history. With the delay
-    state (the default for discrete actions when d > 0, or ``delay_state=True``) a policy remembers
-    its last max(d, d95) actions instead (d95: the p95 latency in ticks, so the actions in flight fit)."""
+    ticks: an MLP policy (CartPole, continuous-action tasks) stacks k = d + 1 frames and remembers its d
+    in-flight actions; an LSTM (MiniGrid) sees one frame. With the delay state (the default when d > 0,
+    or ``delay_state=True``) a policy remembers its last max(d, d95) actions instead (d95: the p95
+    latency in ticks, so the actions in flight fit)."""
     spec = env_spec(env)
     d, d95 = delay_ticks(profile, spec.dt)
-    if is_continuous(env):
-        return Representation(frames=d + 1, actions=0, delay_state=bool(delay_state))
     lstm = train_defaults(env).agent == 'lstm'
     if not (d > 0 if delay_state is None else delay_state):
         return Representation(frames=1, actions=0) if lstm else Representation(frames=d + 1, actions=d)

@@ -22,7 +22,8 @@ MAX_TICKS = 50
 
 @dataclass(frozen=True)
 class Representation:
-    """Frame stack of ``frames`` observations plus a one-hot history of the last ``actions`` actions.
+    """Frame stack of ``frames`` observations plus a history of the last ``actions`` actions sent: one-hot
+    for discrete actions, the values themselves for continuous (Box) ones (zeros before the first).
 
     With ``delay_state`` the features go on with what the env reports about the action it applied
     at the newest observation's tick (``Observation.applied_obs_seq`` and ``applied_index``), the
@@ -52,6 +53,7 @@ class Representation:
                 raise ValueError(f'{key} must be true or false, got {getattr(self, key)!r}')
 
     def feature_size(self, obs_size: int, n_actions: int) -> int:
+        """The policy input size; ``n_actions`` is one history action's width (a Box action's size)."""
         return self.frames * obs_size + self.actions * n_actions + self.extra_size + int(self.obs_age)
 
     @property
@@ -78,14 +80,17 @@ class HistoryBatch:
     """Builds the policy inputs of ``n`` rows (envs) from the observations received and the actions sent.
 
     Each row keeps its last ``frames`` observations (oldest first), its last ``actions`` sent actions
-    (newest first, -1 where none was sent yet), the age of its newest observation and, for the
-    delay state, the seqs of its frames and of the observations its actions answered.
+    (newest first; -1 where none was sent yet, or zeros for ``continuous`` actions of ``n_actions``
+    values), the age of its newest observation and, for the delay state, the seqs of its frames and of
+    the observations its actions answered.
     """
 
-    def __init__(self, rep: Representation, obs_size: int, n_actions: int, n: int) -> None:
+    def __init__(self, rep: Representation, obs_size: int, n_actions: int, n: int, continuous: bool = False) -> None:
         self.rep, self.obs_size, self.n_actions, self.n = rep, obs_size, n_actions, n
+        self.continuous = continuous
         self._frames = np.zeros((n, rep.frames, obs_size), np.float32)
-        self._actions = np.full((n, rep.actions), -1, np.int64)
+        self._actions = (np.zeros((n, rep.actions, n_actions), np.float32) if continuous
+                         else np.full((n, rep.actions), -1, np.int64))
         self._age_s = np.zeros(n)
         self._frame_seqs = np.zeros((n, rep.frames), np.int64)
         self._action_seqs = np.full((n, rep.actions), -1, np.int64)  # the obs seq each action answered
@@ -99,7 +104,7 @@ class HistoryBatch:
         required when the representation uses it.
         """
         self._frames[rows] = np.asarray(obs, dtype=np.float32).reshape(len(rows), 1, self.obs_size)
-        self._actions[rows] = -1
+        self._actions[rows] = 0 if self.continuous else -1
         self._set_age(rows, age_s)
         if self.rep.delay_state:
             facts = _required(facts)
@@ -109,7 +114,8 @@ class HistoryBatch:
 
     def update(self, rows: np.ndarray, obs: np.ndarray, sent_action: np.ndarray,
                age_s: np.ndarray | None = None, facts: ObsFacts | None = None) -> None:
-        """Add, in ``rows``, the action sent for the previous observation and the newly received one."""
+        """Add, in ``rows``, the action sent for the previous observation (``[rows]`` indices or ``[rows, A]``
+        values) and the newly received one."""
         frames = self._frames[rows]
         frames[:, :-1] = frames[:, 1:]
         frames[:, -1] = np.asarray(obs, dtype=np.float32).reshape(len(rows), self.obs_size)
@@ -117,7 +123,7 @@ class HistoryBatch:
         if self.rep.actions:
             actions = self._actions[rows]
             actions[:, 1:] = actions[:, :-1]
-            actions[:, 0] = np.asarray(sent_action, dtype=np.int64).reshape(len(rows))
+            actions[:, 0] = np.asarray(sent_action, dtype=actions.dtype).reshape(actions[:, 0].shape)
             self._actions[rows] = actions
         self._set_age(rows, age_s)
         if self.rep.delay_state:
@@ -139,7 +145,7 @@ class HistoryBatch:
         parts = [frames.reshape(len(frames), -1)]
         if self.rep.actions:
             actions = self._actions[rows]
-            history = (actions[:, :, None] == np.arange(self.n_actions)).astype(np.float32)
+            history = actions if self.continuous else (actions[:, :, None] == np.arange(self.n_actions)).astype(np.float32)
             parts.append(history.reshape(len(frames), -1))
         if self.rep.delay_state:
             parts.append(self._delay_state(rows))
@@ -184,9 +190,9 @@ class HistoryFeatures:
 
     _ROW = np.zeros(1, np.int64)
 
-    def __init__(self, rep: Representation, obs_size: int, n_actions: int) -> None:
+    def __init__(self, rep: Representation, obs_size: int, n_actions: int, continuous: bool = False) -> None:
         self.rep, self.obs_size, self.n_actions = rep, obs_size, n_actions
-        self._batch = HistoryBatch(rep, obs_size, n_actions, 1)
+        self._batch = HistoryBatch(rep, obs_size, n_actions, 1, continuous)
 
     def reset(self, obs: np.ndarray, age_s: float | None = None, facts: ObsFacts | None = None) -> np.ndarray:
         """Start an episode: the first observation fills the whole stack, no actions yet.
@@ -197,9 +203,10 @@ class HistoryFeatures:
         self._batch.reset(self._ROW, obs, None if age_s is None else float(age_s), facts)
         return self.features()
 
-    def update(self, obs: np.ndarray, sent_action: int, age_s: float | None = None,
+    def update(self, obs: np.ndarray, sent_action: int | np.ndarray, age_s: float | None = None,
                facts: ObsFacts | None = None) -> np.ndarray:
-        """Add the action sent for the previous observation and the newly received observation."""
+        """Add the action sent for the previous observation (an index, or a Box action's values) and the newly
+        received observation."""
         self._batch.update(self._ROW, obs, sent_action, None if age_s is None else float(age_s), facts)
         return self.features()
 
@@ -221,15 +228,19 @@ def observation_facts(rep: Representation, info: dict) -> ObsFacts | None:
     return ObsFacts(info['obs_seq'], info['applied_obs_seq'], info['applied_index'])
 
 
-def history_actions(space: gym.Space, rep: Representation) -> int:
-    """The discrete actions one-hot in the history of ``space`` (a plan's element), 0 for continuous actions,
-    which have no action history (ValueError if ``rep`` asks for one)."""
+def history_actions(space: gym.Space) -> int:
+    """The width of one action in the history for ``space`` (a plan's element): the number of discrete
+    actions (one-hot), or a Box action's size."""
     if isinstance(space, gym.spaces.Box):
-        if rep.actions:
-            raise ValueError(f'an action history ({rep.actions} actions) needs discrete actions, got {space}: '
-                             'use actions: 0')
-        return 0
+        return int(space.shape[-1])
     return int(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec[0])
+
+
+def first_actions(actions: Any, n: int, continuous: bool, width: int) -> np.ndarray:
+    """The first element of ``n`` sent plans (or single actions): ``[n]`` indices, or ``[n, width]`` values."""
+    if continuous:
+        return np.asarray(actions, dtype=np.float32).reshape(n, -1, width)[:, 0]
+    return np.asarray(actions).reshape(n, -1)[:, 0]
 
 
 class HistoryWrapper(gym.Wrapper):
@@ -238,8 +249,9 @@ class HistoryWrapper(gym.Wrapper):
     def __init__(self, env: gym.Env, rep: Representation) -> None:
         super().__init__(env)
         obs_size = int(np.prod(env.observation_space.shape))
-        n_actions = history_actions(env.action_space, rep)
-        self.history = HistoryFeatures(rep, obs_size, n_actions)
+        n_actions = history_actions(env.action_space)
+        self.continuous = isinstance(env.action_space, gym.spaces.Box)
+        self.history = HistoryFeatures(rep, obs_size, n_actions, self.continuous)
         size = rep.feature_size(obs_size, n_actions)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
 
@@ -250,7 +262,7 @@ class HistoryWrapper(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        first = int(np.asarray(action).reshape(-1)[0])
+        first = first_actions(action, 1, self.continuous, self.history.n_actions)[0]
         rep = self.history.rep
         features = self.history.update(obs, first, observation_age_s(rep, info), observation_facts(rep, info))
         return features, reward, terminated, truncated, info
@@ -268,8 +280,9 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, rep: Representation) -> None:
         super().__init__(env)
         obs_size = int(np.prod(env.single_observation_space.shape))
-        n_actions = history_actions(env.single_action_space, rep)
-        self.history = HistoryBatch(rep, obs_size, n_actions, env.num_envs)
+        n_actions = history_actions(env.single_action_space)
+        self.history = HistoryBatch(rep, obs_size, n_actions, env.num_envs,
+                                    isinstance(env.single_action_space, gym.spaces.Box))
         self._rows = np.arange(env.num_envs)
         size = rep.feature_size(obs_size, n_actions)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
@@ -284,7 +297,7 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
     def step(self, actions):
         obs, reward, terminated, truncated, info = self.env.step(actions)
         rep = self.history.rep
-        sent = np.asarray(actions).reshape(self.num_envs, -1)[:, 0]
+        sent = first_actions(actions, self.num_envs, self.history.continuous, self.history.n_actions)
         ended = np.flatnonzero(info['_final_obs']) if 'final_obs' in info else np.zeros(0, np.int64)
         if ended.size:  # the ended episodes' last step, as HistoryWrapper.step saw it before the reset
             final_raw = np.stack([info['final_obs'][i] for i in ended])

@@ -13,12 +13,15 @@ from torch.distributions import Normal
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
+from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent, gaussian_heads
 from calf_agent.normalize import ReturnNormalizer, RunningNorm
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner, check_action_space
+from calf_agent.regimes import default_representation, train_policy
 from calf_agent.representation import HistoryWrapper, Representation
 from calf_agent.trainer import continuous_defaults, train
+from calf_core.profiles import load_profile
 
 
 def test_gaussian_heads_match_torch_normal() -> None:
@@ -97,10 +100,17 @@ def test_checkpoint_keeps_the_normaliser_and_the_runner_applies_it(tmp_path: Pat
     assert runner.continuous and runner.obs_size == 3 and runner.plan_horizon == 1
 
 
-def test_runner_refuses_a_continuous_policy_with_an_action_history(tmp_path: Path) -> None:
-    save_checkpoint(tmp_path, make_agent(), {'env': 'test', 'representation': {'frames': 1, 'actions': 1}})
-    with pytest.raises(CheckpointError, match='discrete actions only'):
-        PolicyRunner.from_checkpoint(tmp_path)
+def test_runner_feeds_a_continuous_policy_the_action_it_sent_last(tmp_path: Path) -> None:
+    """An action history of one Box action: one observation value and the 2 values of the last sent action."""
+    agent = make_agent()
+    save_checkpoint(tmp_path, agent, {'env': 'test', 'representation': {'frames': 1, 'actions': 1}})
+    runner = PolicyRunner.from_checkpoint(tmp_path)
+    assert runner.obs_size == 1
+    first = runner.on_observation(episode=0, seq=0, obs=np.array([0.3]), terminated=False)
+    np.testing.assert_allclose(first, agent.act(np.float32([0.3, 0.0, 0.0]), deterministic=True)[0])
+    second = runner.on_observation(episode=0, seq=1, obs=np.array([0.7]), terminated=False)
+    np.testing.assert_allclose(second, agent.act(np.float32([0.7, *first[0]]), deterministic=True)[0])
+    assert not np.allclose(first[0], 0.0)
 
 
 @pytest.mark.parametrize(('agent', 'space', 'fits'), [
@@ -138,11 +148,28 @@ def test_box_actions_train_a_gaussian_policy_and_save_its_statistics(tmp_path: P
     assert json.loads((tmp_path / 'meta.json').read_text())['agent']['kind'] == 'gaussian'
 
 
-def test_history_wrapper_stacks_frames_of_a_continuous_env_and_refuses_an_action_history() -> None:
+def test_history_wrapper_stacks_frames_and_remembers_the_torques_of_a_continuous_env() -> None:
     env = HistoryWrapper(gym.make('Pendulum-v1'), Representation(frames=2))
     first, _ = env.reset(seed=0)
     assert env.observation_space.shape == (6,) and np.array_equal(first[:3], first[3:])
     second = env.step(np.array([1.5], np.float32))[0]
     assert np.array_equal(second[:3], first[3:]) and not np.array_equal(second[3:], first[3:])
-    with pytest.raises(ValueError, match='needs discrete actions'):
-        HistoryWrapper(gym.make('Pendulum-v1'), Representation(frames=1, actions=1))
+    env = HistoryWrapper(gym.make('Pendulum-v1'), Representation(frames=1, actions=2))
+    assert env.observation_space.shape == (5,)
+    assert env.reset(seed=0)[0][3:].tolist() == [0.0, 0.0]  # no torque sent yet
+    assert env.step(np.array([1.5], np.float32))[0][3:].tolist() == [1.5, 0.0]  # newest first
+    assert env.step(np.array([-0.5], np.float32))[0][3:].tolist() == [-0.5, 1.5]
+
+
+def test_the_full_regime_gives_a_continuous_policy_its_torques_in_flight_and_the_delay_state(tmp_path: Path) -> None:
+    """Behind full_net_aware (E2E p50 about 2 ticks of 40 ms), as for CartPole: frames, the torques it sent, the
+    delay state; the checkpoint evaluates in virtual time with the same features."""
+    rep = default_representation('InvertedPendulum-v5', load_profile('full_net_aware'))
+    assert rep.actions >= 2 and rep.delay_state and rep.frames >= 2
+    result = train_policy('InvertedPendulum-v5', 'full_net_aware', seed=0, out_dir=tmp_path / 'full', steps=2048,
+                          regime='full', progress=False)
+    agent, meta = load_checkpoint(result.out_dir)
+    assert Representation(**meta['representation']) == rep
+    assert agent.obs_dim == rep.feature_size(4, 1)  # 4 observation values per frame, 1 torque per action
+    report = evaluate_sim(result.out_dir, load_profile('wifi_normal'), episodes=2, seed=0)
+    assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0

@@ -212,11 +212,22 @@ def test_env_fallbacks_follow_the_executor() -> None:
     assert fallbacks('Reacher-v5') == ([[0.0, 0.0]], [0.0, 0.0])
 
 
-def test_planner_refuses_memory_policies_and_mismatched_parts(pendulum_base: Path) -> None:
-    assert cli.main(['train', '--env', 'minigrid', '--planner', 'model', '--plan-horizon', '8',
-                     '--out', '/tmp/never']) == 2
+def test_planner_refuses_mismatched_parts(pendulum_base: Path) -> None:
     base, _ = load_checkpoint(pendulum_base)
     with pytest.raises(ValueError, match='same actions'):
         PlanningAgent(base.spec(), {'obs_dim': 4, 'n_actions': 2, 'hidden': [8]}, 8, 2, [[0.0]])
     with pytest.raises(ValueError, match='1 values'):
         PlanningAgent(base.spec(), {'obs_dim': 4, 'action_dim': 1, 'hidden': [8]}, 8, 2, [[0.0, 1.0]])
+
+
+@pytest.mark.slow
+def test_calf_train_plans_a_continuous_task_end_to_end(tmp_path: Path) -> None:
+    """``calf train --planner model`` on a MuJoCo env: PPO on the bare env, then the continuous planner."""
+    out = tmp_path / 'plans'
+    assert cli.main(['train', '--env', 'InvertedPendulum-v5', '--planner', 'model', '--plan-horizon', '6',
+                     '--steps', '2048', '--out', str(out), '--quiet']) == 0
+    agent, meta = load_checkpoint(out)
+    assert isinstance(agent, PlanningAgent) and agent.continuous and meta['plan_horizon'] == 6
+    assert meta['planner']['base'] == str(out / 'base') and len(meta['planner']['dynamics']['rollout_rmse_6_ticks']) == 4
+    report = evaluate_sim(out, load_profile('wifi_degraded'), episodes=2, seed=0)
+    assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0

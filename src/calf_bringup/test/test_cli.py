@@ -64,8 +64,8 @@ def test_minigrid_dynamic_trains_an_lstm_and_evaluates_behind_a_network(tmp_path
 @pytest.mark.parametrize('argv, message', [
     (['train', '--planner', 'model'], 'calf train: error: --planner model needs --plan-horizon >= 2'),
     (['train', '--env', 'minigrid', '--planner', 'model', '--plan-horizon', '4'],
-     'calf train: error: --planner model needs a rolled-forward state and a safe start plan, which minigrid does '
-     'not have: use --planner ppo'),
+     'calf train: error: --planner model rolls a fully observed state forward, and minigrid trains a memory '
+     '(LSTM) policy on partial observations: use --planner ppo'),
     (['train', '--planner', 'model', '--plan-horizon', '4', '--plan-lead', '4'],
      r'calf train: error: --plan-lead must be in [0, 4), got 4'),
 ])
