@@ -40,7 +40,7 @@ import numpy as np
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import ObservationGate, ObsRecord, Stepper, applied_facts
+from calf_core.timing import BoxBounds, ObservationGate, ObsRecord, Stepper, applied_facts
 
 MESSAGE_OVERHEAD_BYTES = 64
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
@@ -111,6 +111,7 @@ class NetworkedEnv(gym.Env):
         if self._continuous:
             self._plan_shape = (plan_horizon, *env.action_space.shape)
             self._low, self._high = env.action_space.low, env.action_space.high
+            self._plan_bounds = BoxBounds(self.action_space.low, self.action_space.high)
         action_bytes = 4 * int(np.prod(env.action_space.shape)) if self._continuous else 8  # float32s | int64
         self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(env.observation_space.shape or (1,)))
         self._action_bytes = MESSAGE_OVERHEAD_BYTES + action_bytes * plan_horizon
@@ -185,9 +186,10 @@ class NetworkedEnv(gym.Env):
 
     def _as_plan(self, action: Any) -> list[Any]:
         if self._continuous:
-            values = np.asarray(action, dtype=np.float32).reshape(self._plan_shape)
-            values = np.minimum(np.maximum(values, self._low), self._high)  # the policy side clips, as SB3 does
-            return list(values)
+            values = np.array(action, dtype=np.float32).reshape(self._plan_shape)  # a copy: the plan keeps its values
+            if not self._plan_bounds.contains(values):  # the policy side clips, as SB3 does
+                values = np.minimum(np.maximum(values, self._low), self._high)
+            return [values[i] for i in range(self.plan_horizon)]  # indexing: iterating an array costs twice as much
         if self.plan_horizon == 1:
             if isinstance(action, (int, np.integer)):
                 return [int(action)]

@@ -36,8 +36,8 @@ import numpy as np
 from calf_core.errors import ConfigError
 from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
-__all__ = ['AppliedAction', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate', 'PlanExecutor',
-           'Stepper', 'TaskActions', 'Verdict', 'task_actions']
+__all__ = ['AppliedAction', 'BoxBounds', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate',
+           'PlanExecutor', 'Stepper', 'TaskActions', 'Verdict', 'task_actions']
 
 
 class Verdict(enum.Enum):
@@ -56,7 +56,7 @@ class Verdict(enum.Enum):
 _ACCEPTED, _STALE, _DUPLICATE = Verdict.ACCEPTED, Verdict.STALE, Verdict.DUPLICATE
 _new = tuple.__new__
 SMALL_ACTION = 64
-"""Largest Box action size whose bounds ``Stepper`` checks element by element in Python."""
+"""Largest Box action size whose bounds ``BoxBounds`` checks element by element in Python."""
 
 class AppliedAction(NamedTuple):
     """The action applied at one tick and where it came from."""
@@ -115,6 +115,31 @@ def _box_action(action: Action, space: gym.spaces.Box, task: str, key: str) -> n
 
 def _in_box(value: np.ndarray, space: gym.spaces.Box) -> bool:
     return bool(np.all(np.isfinite(value)) and np.all(value >= space.low) and np.all(value <= space.high))
+
+
+class BoxBounds:
+    """The bounds of a Box, for the per-message check of actions (env side) and plans (policy side)."""
+
+    __slots__ = ('_bounds', '_high', '_low', '_unbounded')
+
+    def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
+        self._low, self._high = low, high
+        self._unbounded = not (np.isfinite(low).all() and np.isfinite(high).all())
+        # small actions are checked on Python floats: two numpy reductions cost more than the loop
+        self._bounds = tuple(zip(low.reshape(-1).tolist(), high.reshape(-1).tolist())) \
+            if low.size <= SMALL_ACTION else None
+
+    def contains(self, value: np.ndarray) -> bool:
+        """Whether ``value`` (of the bounds' size) is finite and within the bounds. NaN fails both
+        comparisons; infinity fails them unless the bound is infinite too, hence the finiteness check."""
+        bounds = self._bounds
+        if bounds is None:
+            return bool((self._low <= value).all() and (value <= self._high).all()) and not (
+                self._unbounded and not np.isfinite(value).all())
+        for x, (lo, hi) in zip(value.ravel().tolist(), bounds):
+            if not lo <= x <= hi:
+                return False
+        return not self._unbounded or all(map(math.isfinite, value.ravel().tolist()))
 
 
 class PlanExecutor:
@@ -233,11 +258,7 @@ class Stepper:
         # int makes gymnasium's Discrete.contains (asserted in env.step) build an np.iinfo every tick
         self._env_action: Any = None if self.continuous else space.dtype.type
         if self.continuous:
-            self._low, self._high = space.low, space.high
-            self._unbounded = not (np.isfinite(space.low).all() and np.isfinite(space.high).all())
-            # small actions are checked on Python floats: two numpy reductions cost more than the loop
-            self._bounds = tuple(zip(space.low.reshape(-1).tolist(), space.high.reshape(-1).tolist())) \
-                if space.low.size <= SMALL_ACTION else None
+            self._bounds = BoxBounds(space.low, space.high)
         self.executor = PlanExecutor(self.spec, space)
         self._success_on_truncation = self.spec.success is SuccessRule.TIME_LIMIT
 
@@ -318,28 +339,16 @@ class Stepper:
 
     def _checked_box_plan(self, plan: Sequence[Any]) -> tuple[np.ndarray, ...] | None:
         """``plan`` as float32 action vectors if each has the action shape, is finite and within bounds."""
-        shape, low, high, checked = self.action_shape, self._low, self._high, []
+        shape, contains, checked = self.action_shape, self._bounds.contains, []
         for action in plan:
             try:
                 value = np.asarray(action, dtype=np.float32)
             except (TypeError, ValueError):
                 return None
-            if value.shape != shape or not self._within_bounds(value, low, high):
+            if value.shape != shape or not contains(value):
                 return None
             checked.append(value)
         return tuple(checked) if checked else None
-
-    def _within_bounds(self, value: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
-        """Whether ``value`` (of the action shape) is finite and within the bounds. NaN fails both
-        comparisons; infinity fails them unless the bound is infinite too, hence the finiteness check."""
-        bounds = self._bounds
-        if bounds is None:
-            return bool((low <= value).all() and (value <= high).all()) and not (
-                self._unbounded and not np.isfinite(value).all())
-        for x, (lo, hi) in zip(value.ravel().tolist(), bounds):
-            if not lo <= x <= hi:
-                return False
-        return not self._unbounded or all(map(math.isfinite, value.ravel().tolist()))
 
     def _count_rejected(self) -> None:
         if self._summary is not None:
