@@ -85,6 +85,7 @@ class SentPlan(NamedTuple):
     obs_seq: int
     episode: int
     plan: list[Any]
+    checked: bool  # a Box plan found finite and within the bounds when it was built: the env need not check it again
 
 
 class NetworkedEnv(gym.Env):
@@ -169,8 +170,8 @@ class NetworkedEnv(gym.Env):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._ended is None:
             assert self._decision is not None, 'step() before reset()'
-            plan = [action] if type(action) is int else self._as_plan(action)
-            self._send_action(self._decision, plan)
+            plan, checked = ([action], False) if type(action) is int else self._as_plan(action)
+            self._send_action(self._decision, plan, checked)
             record = self._advance()
         else:
             record = self._ended
@@ -184,17 +185,20 @@ class NetworkedEnv(gym.Env):
                         ticks_held=summary.ticks_held)
         return record.obs, reward, record.terminated, record.truncated, info
 
-    def _as_plan(self, action: Any) -> list[Any]:
+    def _as_plan(self, action: Any) -> tuple[list[Any], bool]:
+        """``action`` as the plan sent, and whether it is known valid (a Box plan found within the bounds)."""
         if self._continuous:
             values = np.array(action, dtype=np.float32).reshape(self._plan_shape)  # a copy: the plan keeps its values
-            if not self._plan_bounds.contains(values):  # the policy side clips, as SB3 does
+            checked = self._plan_bounds.contains(values)
+            if not checked:  # the policy side clips, as SB3 does; the env checks what it gets (NaN stays NaN)
                 values = np.minimum(np.maximum(values, self._low), self._high)
-            return [values[i] for i in range(self.plan_horizon)]  # indexing: iterating an array costs twice as much
+            # indexing: iterating an array costs twice as much
+            return [values[i] for i in range(self.plan_horizon)], checked
         if self.plan_horizon == 1:
             if isinstance(action, (int, np.integer)):
-                return [int(action)]
-            return [int(np.asarray(action).reshape(-1)[0])]
-        return [int(a) for a in np.asarray(action).reshape(-1)]
+                return [int(action)], False
+            return [int(np.asarray(action).reshape(-1)[0])], False
+        return [int(a) for a in np.asarray(action).reshape(-1)], False
 
     def _no_executed(self) -> np.ndarray:
         return np.zeros(self._executed_shape, np.uint8)
@@ -219,7 +223,7 @@ class NetworkedEnv(gym.Env):
             while heap and heap[0] < due:  # queue.due_before, inlined: this loop is the per-tick cost
                 time_ns, rank, _, payload = heappop(heap)  # an Event
                 if rank == ACTION:
-                    stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9)
+                    stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9, payload.checked)
                     continue
                 record = policy.waiting if rank == FREE else payload
                 if record is None or record.seq <= gate.last_seq:
@@ -241,7 +245,7 @@ class NetworkedEnv(gym.Env):
                 self._ended = emitted
                 return emitted
 
-    def _send_action(self, record: ObsRecord, plan: list[Any]) -> None:
+    def _send_action(self, record: ObsRecord, plan: list[Any], checked: bool) -> None:
         self._decision_of[record.seq] = len(self._decision_of)
         send_ns = self._decision_ns + self._compute_ns
         self._policy.busy_until_ns = send_ns  # computing until it sends
@@ -249,7 +253,7 @@ class NetworkedEnv(gym.Env):
         arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, self._action_bytes)
         if not arrivals:
             self.actions_lost += 1
-        sent = _new(SentPlan, (record.seq, record.episode, plan))
+        sent = _new(SentPlan, (record.seq, record.episode, plan, checked))
         for arrive_s in arrivals:
             self._queue.push(round(arrive_s * 1e9) - origin_ns, ACTION, sent)
 

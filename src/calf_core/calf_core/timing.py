@@ -272,11 +272,14 @@ class Stepper:
         self._summary = EpisodeSummary(self.episode, 0.0, 0, False, [], 0, 0, 0)
         return self._emit(obs, now_s, 0.0, False, False, None)
 
-    def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float) -> Verdict:
+    def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float,
+                  checked: bool = False) -> Verdict:
         """Handle an action message arriving at ``now_s``: a plan of ints (Discrete) or of action vectors
         (Box). A plan that is empty, out of range or bounds, of the wrong shape or not finite is counted
-        and refused (``Verdict.INVALID``)."""
-        plan = self._checked_box_plan(plan) if self.continuous else _checked_plan(plan, self.n_actions)
+        and refused (``Verdict.INVALID``). ``checked``: the caller built ``plan`` and found it valid by
+        these rules (float32 action vectors of a Box task, within its bounds), so it is not checked again."""
+        if not checked:
+            plan = self._checked_box_plan(plan) if self.continuous else _checked_plan(plan, self.n_actions)
         if plan is None:
             self._count_rejected()
             return Verdict.INVALID

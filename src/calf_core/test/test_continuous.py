@@ -44,6 +44,19 @@ def test_hold_last_repeats_the_last_continuous_action_and_actions_are_clipped_to
     assert inner.applied[:3] == pytest.approx([1.0, 1.0, 1.0])
 
 
+def test_a_nan_action_reaches_the_env_side_and_is_refused_there_while_the_last_action_holds() -> None:
+    """The agent side clips what it can; a NaN passes the clip, and the env refuses and counts the plan."""
+    inner = Wheel()
+    env = NetworkedEnv(inner, TaskSpec('wheel', 0.01, hold=HoldMode.LAST), fixed_link(0), fixed_link(0),
+                       plan_horizon=2)
+    env.reset(seed=0)
+    env.step(np.array([[0.5], [0.6]], np.float32))
+    env.step(np.array([[np.nan], [0.2]], np.float32))
+    env.step(np.array([[5.0], [-5.0]], np.float32))  # finite, beyond the bounds: clipped and applied
+    assert inner.applied == pytest.approx([0.5, 0.6, 1.0])  # tick 2: the first plan's element 1
+    assert env.stepper._summary.rejected == 1
+
+
 @pytest.mark.parametrize('plan', [[np.array([np.nan], np.float32)], [np.array([1.5], np.float32)],
                                   [np.zeros(2, np.float32)], [], [3]])
 def test_stepper_refuses_and_counts_invalid_continuous_plans(plan: list) -> None:
