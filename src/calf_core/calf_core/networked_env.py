@@ -111,6 +111,7 @@ class NetworkedEnv(gym.Env):
         self._continuous = self.stepper.continuous
         if self._continuous:
             self._plan_shape = (plan_horizon, *env.action_space.shape)
+            self._agent_shape = self.action_space.shape  # one action's shape for plan_horizon 1, else the plan's
             self._low, self._high = env.action_space.low, env.action_space.high
             self._plan_bounds = BoxBounds(self.action_space.low, self.action_space.high)
         action_bytes = 4 * int(np.prod(env.action_space.shape)) if self._continuous else 8  # float32s | int64
@@ -188,12 +189,15 @@ class NetworkedEnv(gym.Env):
     def _as_plan(self, action: Any) -> tuple[list[Any], bool]:
         """``action`` as the plan sent, and whether it is known valid (a Box plan found within the bounds)."""
         if self._continuous:
-            values = np.array(action, dtype=np.float32).reshape(self._plan_shape)  # a copy: the plan keeps its values
+            values = np.array(action, dtype=np.float32)  # a copy: the plan keeps its values
+            if values.shape != self._agent_shape:  # as many values in another shape; the wrong number raises
+                values = values.reshape(self._plan_shape).reshape(self._agent_shape)
             checked = self._plan_bounds.contains(values)
             if not checked:  # the policy side clips, as SB3 does; the env checks what it gets (NaN stays NaN)
                 values = np.minimum(np.maximum(values, self._low), self._high)
-            # indexing: iterating an array costs twice as much
-            return [values[i] for i in range(self.plan_horizon)], checked
+            if self.plan_horizon == 1:
+                return [values], checked
+            return [values[i] for i in range(self.plan_horizon)], checked  # indexing: iterating costs twice as much
         if self.plan_horizon == 1:
             if isinstance(action, (int, np.integer)):
                 return [int(action)], False
