@@ -30,14 +30,19 @@ class Event(NamedTuple):
 
 
 class EventQueue:
-    """A heap of events in (time, rank, order) order."""
+    """A heap of events in (time, rank, order) order.
+
+    The heap holds the events' fields as plain tuples, since building a NamedTuple costs more than the
+    heap operation; ``pop`` returns an ``Event``.
+    """
 
     def __init__(self) -> None:
-        self.heap: list[Event] = []  # read by hot loops: ``heap[0] < (time_ns, rank)`` is "due before"
+        # read by hot loops: ``heap[0] < (time_ns, rank)`` is "due before"; entries unpack as an Event's fields
+        self.heap: list[tuple[int, int, int, Any]] = []
         self._order = itertools.count()
 
     def push(self, time_ns: int, rank: int, payload: Any) -> None:
-        heappush(self.heap, _new(Event, (time_ns, rank, next(self._order), payload)))
+        heappush(self.heap, (time_ns, rank, next(self._order), payload))
 
     def due_before(self, time_ns: int, rank: int) -> bool:
         """Whether the next event comes before (``time_ns``, ``rank``)."""
@@ -45,7 +50,7 @@ class EventQueue:
         return bool(heap) and heap[0] < (time_ns, rank)
 
     def pop(self) -> Event:
-        return heappop(self.heap)
+        return _new(Event, heappop(self.heap))
 
     def clear(self) -> None:
         self.heap.clear()

@@ -225,7 +225,7 @@ class NetworkedEnv(gym.Env):
             next_tick_ns = (stepper.tick_index + 1) * dt_ns
             due = (next_tick_ns, TICK)
             while heap and heap[0] < due:  # queue.due_before, inlined: this loop is the per-tick cost
-                time_ns, rank, _, payload = heappop(heap)  # an Event
+                time_ns, rank, _, payload = heappop(heap)  # an Event's fields
                 if rank == ACTION:
                     stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9, payload.checked)
                     continue
