@@ -14,7 +14,7 @@ from calf_core.models import BernoulliLoss
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import load_profile
 from calf_core.task_spec import HoldMode, TaskSpec
-from calf_core.timing import Stepper, Verdict
+from calf_core.timing import SMALL_ACTION, BoxBounds, Stepper, Verdict
 
 WHEEL_ZERO = TaskSpec('wheel', 0.01, hold=HoldMode.ZERO)
 
@@ -66,6 +66,17 @@ def test_stepper_refuses_and_counts_invalid_continuous_plans(plan: list) -> None
     assert stepper.on_action(0, 0, [np.array([0.5], np.float32)], 0.002) is Verdict.ACCEPTED
     stepper.tick(0.01)
     assert stepper.finish().rejected == 1
+
+
+@pytest.mark.parametrize('size', [1, SMALL_ACTION + 1])  # checked on Python floats, then with numpy
+def test_box_bounds_take_finite_values_within_the_bounds_only(size: int) -> None:
+    half_open = BoxBounds(np.full(size, -1.0, np.float32), np.full(size, np.inf, np.float32))
+    for value, inside in [(0.5, True), (-1.0, True), (1e30, True), (-1.5, False), (np.nan, False), (np.inf, False),
+                          (-np.inf, False)]:
+        action = np.zeros(size, np.float32)
+        action[-1] = value
+        assert half_open.contains(action) is inside, value
+        assert half_open.contains(action.reshape(1, size)) is inside, value  # a plan of one action
 
 
 def test_hold_zero_is_refused_for_discrete_actions() -> None:
