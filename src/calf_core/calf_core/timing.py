@@ -108,13 +108,10 @@ def _discrete_action(action: Action, n: int, task: str, key: str) -> int:
 
 def _box_action(action: Action, space: gym.spaces.Box, task: str, key: str) -> np.ndarray:
     value = np.asarray(action, dtype=np.float32).reshape(-1)
-    if value.size != int(np.prod(space.shape)) or not _in_box(value.reshape(space.shape), space):
+    if value.size != int(np.prod(space.shape)) or not BoxBounds(space.low, space.high).contains(
+            value.reshape(space.shape)):
         raise ConfigError(f'task {task}: {key} {list(np.atleast_1d(action))} is not an action of {space}')
     return value.reshape(space.shape)
-
-
-def _in_box(value: np.ndarray, space: gym.spaces.Box) -> bool:
-    return bool(np.all(np.isfinite(value)) and np.all(value >= space.low) and np.all(value <= space.high))
 
 
 class BoxBounds:
@@ -130,8 +127,9 @@ class BoxBounds:
             if low.size <= SMALL_ACTION else None
 
     def contains(self, value: np.ndarray) -> bool:
-        """Whether ``value`` (of the bounds' size) is finite and within the bounds. NaN fails both
-        comparisons; infinity fails them unless the bound is infinite too, hence the finiteness check."""
+        """Whether ``value`` (of the bounds' shape, or one with as many values that broadcasts to it: a
+        one-action plan) is finite and within the bounds. NaN fails both comparisons; infinity fails them
+        unless the bound is infinite too, hence the finiteness check."""
         bounds = self._bounds
         if bounds is None:
             return bool((self._low <= value).all() and (value <= self._high).all()) and not (
