@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,16 +43,24 @@ def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     agent = MlpAgent(4, 2)
     states = np.random.default_rng(0).uniform([-2.4, -2, -0.21, -2], [2.4, 2, 0.21, 2], (20_000, 4))
     x, y = torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(balancing_law(states))
-    optimizer = torch.optim.Adam(agent.actor.parameters(), 1e-2)
+    fit(agent.actor, lambda: torch.nn.functional.cross_entropy(agent.logits(x), y))
+    return save_base(agent, 'cartpole', tmp_path_factory.mktemp('base') / 'base')
+
+
+def fit(actor: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> None:
+    """300 Adam steps of supervised learning on ``actor``'s weights."""
+    optimizer = torch.optim.Adam(actor.parameters(), 1e-2)
     for _ in range(300):
-        loss = torch.nn.functional.cross_entropy(agent.logits(x), y)
+        value = loss()
         optimizer.zero_grad()
-        loss.backward()
+        value.backward()
         optimizer.step()
-    out = tmp_path_factory.mktemp('base') / 'base'
-    save_checkpoint(out, agent.eval(), {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0},
-                                        'plan_horizon': 1, 'seed': 0})
-    return out
+
+
+def save_base(agent: torch.nn.Module, env: str, out: Path) -> Path:
+    """``agent`` saved as a planner's base: single actions on the plain observation of ``env``."""
+    return save_checkpoint(out, agent.eval(), {'env': env, 'representation': {'frames': 1, 'actions': 0},
+                                               'plan_horizon': 1, 'seed': 0})
 
 
 @pytest.fixture(scope='module')
@@ -144,16 +153,8 @@ def pendulum_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     agent = GaussianAgent(4, 1, [-3.0], [3.0], hidden=(32, 32))
     states = np.random.default_rng(0).uniform([-1, -0.2, -2, -2], [1, 0.2, 2, 2], (20_000, 4)).astype(np.float32)
     x, y = torch.as_tensor(states), torch.as_tensor(pendulum_law(states))[:, None]
-    optimizer = torch.optim.Adam(agent.actor_mean.parameters(), 1e-2)
-    for _ in range(300):
-        loss = ((agent.actor_mean(agent.obs_norm(x)) - y) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    out = tmp_path_factory.mktemp('pendulum') / 'base'
-    save_checkpoint(out, agent.eval(), {'env': 'InvertedPendulum-v5', 'representation': {'frames': 1, 'actions': 0},
-                                        'plan_horizon': 1, 'seed': 0})
-    return out
+    fit(agent.actor_mean, lambda: ((agent.actor_mean(agent.obs_norm(x)) - y) ** 2).mean())
+    return save_base(agent, 'InvertedPendulum-v5', tmp_path_factory.mktemp('pendulum') / 'base')
 
 
 @pytest.fixture(scope='module')
