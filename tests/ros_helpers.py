@@ -3,10 +3,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import rclpy
+import torch
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
+
+from calf_agent.checkpoint import save_checkpoint
+from calf_agent.policies import MlpAgent
 
 
 def spin_until(executor: SingleThreadedExecutor, condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -34,3 +39,33 @@ def shut_down(executor: SingleThreadedExecutor, context: Context, *nodes: object
             node.destroy_node()
     executor.shutdown()
     context.try_shutdown()
+
+
+class PrivateNode:
+    """One node on a private context, spun by ``until`` while a test waits; ``close`` (or a ``with``) ends it."""
+
+    def __init__(self, name: str) -> None:
+        self.context = new_context()
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+
+    def until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        return spin_until(self.executor, condition, timeout_s)
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+    def __enter__(self) -> PrivateNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def untrained_cartpole_policy(out: Path) -> Path:
+    """A freshly initialised CartPole MLP policy saved in ``out``, for tests about nodes, not learning."""
+    torch.manual_seed(0)
+    return save_checkpoint(out, MlpAgent(4, 2), {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0}})

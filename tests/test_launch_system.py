@@ -13,18 +13,13 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import rclpy
-import torch
-from rclpy.executors import SingleThreadedExecutor
-from ros_helpers import new_context, spin_until
+from ros_helpers import PrivateNode, untrained_cartpole_policy
 from std_msgs.msg import String
 
-from calf_agent.checkpoint import save_checkpoint
-from calf_agent.policies import MlpAgent
 from calf_bringup.launch_tools import missing_launch_tools
 
 MISSING = missing_launch_tools(command=True)
@@ -35,30 +30,7 @@ TIMEOUT_S = 90.0
 
 @pytest.fixture(scope='module')
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    return save_checkpoint(tmp_path_factory.mktemp('ckpt') / 'cartpole', MlpAgent(4, 2),
-                           {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0}})
-
-
-class Listener:
-    """A node on a private context that talks to a launch's topics; ``until`` spins it while waiting."""
-
-    def __init__(self) -> None:
-        self.context = new_context()
-        self.node = rclpy.create_node('launch_test', context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-
-    def until(self, condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
-        return spin_until(self.executor, condition, timeout_s)
-
-    def __enter__(self) -> Listener:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
+    return untrained_cartpole_policy(tmp_path_factory.mktemp('ckpt') / 'cartpole')
 
 
 class Launch:
@@ -164,7 +136,7 @@ def test_impair_launch_relays_a_configured_topic(tmp_path: Path, launches: list[
     config = tmp_path / 'relay.yaml'
     config.write_text('- {in_topic: /chatter_raw, out_topic: /chatter, type: std_msgs/msg/String, '
                       'direction: uplink, profile: delay_only}\n')
-    with Listener() as listener:
+    with PrivateNode('launch_test') as listener:
         received: list[String] = []
         listener.node.create_subscription(String, '/chatter', received.append, 10)
         publisher = listener.node.create_publisher(String, '/chatter_raw', 10)

@@ -16,13 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import rclpy
-import torch
-from rclpy.executors import SingleThreadedExecutor
-from ros_helpers import new_context, spin_until
+from ros_helpers import PrivateNode, untrained_cartpole_policy
 
-from calf_agent.checkpoint import save_checkpoint
-from calf_agent.policies import MlpAgent
 from calf_bringup.launch_tools import missing_launch_tools
 from calf_msgs.msg import Action, Observation
 from calf_ros.qos import STREAM
@@ -35,19 +30,14 @@ ACTS = 5  # actions that show a policy process is answering
 
 @pytest.fixture(scope='module')
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    return save_checkpoint(tmp_path_factory.mktemp('ckpt') / 'cartpole', MlpAgent(4, 2),
-                           {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0}})
+    return untrained_cartpole_policy(tmp_path_factory.mktemp('ckpt') / 'cartpole')
 
 
-class Traffic:
+class Traffic(PrivateNode):
     """The env's observations and the policy's actions of a sim_net graph, seen from a private context."""
 
     def __init__(self) -> None:
-        self.context = new_context()
-        self.node = rclpy.create_node('respawn_test', context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__('respawn_test')
         self.observations: list[Observation] = []
         self.actions: list[Action] = []
         self.node.create_subscription(Observation, '/calf/edge/observation', self.observations.append,
@@ -55,12 +45,7 @@ class Traffic:
         self.node.create_subscription(Action, '/calf/desktop/action', self.actions.append, STREAM.profile())
 
     def until(self, condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
-        return spin_until(self.executor, condition, timeout_s)
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
+        return super().until(condition, timeout_s)
 
 
 def kill_the_policy_and_see_it_return(traffic: Traffic, output: Callable[[], str], policy_pid: Callable[[], int],
