@@ -40,8 +40,10 @@ STREAM = QosConfig()
 """Observations and actions: best effort, newest 10."""
 
 RESULTS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
-                                  reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-"""Episode results and link stats: reliable, so that evaluation counts every episode."""
+                     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+"""Episode results, link stats and trace samples: reliable, so that evaluation counts every episode, and
+transient local, so that a subscriber whose discovery completes late (a monitor started beside a launch,
+an evaluation on a loaded host) still gets the last 100. Volatile subscribers stay compatible."""
 
 _FIELDS = tuple(f.name for f in fields(QosConfig))
 MAX_DEPTH = 10_000
