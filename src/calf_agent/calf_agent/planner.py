@@ -159,14 +159,6 @@ class PlanningAgent(nn.Module):
                 'plan_horizon': self.plan_horizon, 'lead': self.lead, 'start_plan': self.start_plan}
         return spec if self.hold_action is None else {**spec, 'hold_action': self.hold_action}
 
-    def _base_action(self, x: Tensor, deterministic: bool) -> Tensor:
-        """The base policy's action for states ``[B, obs_dim]``: ``[B]`` indices or ``[B, A]`` clipped values."""
-        if isinstance(self.base, GaussianAgent):
-            action = self.base.get_action_and_value(self.base.obs_norm(x), deterministic=deterministic)[0]
-            return self.base.clip(action)
-        logits = self.base.logits(x)
-        return logits.argmax(-1) if deterministic else torch.distributions.Categorical(logits=logits).sample()
-
     def _env_action(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_plan: Tensor) -> Tensor:
         """What the env applies at ``tick`` ``[B]`` if no newer plan arrives: the previous plan's element, its
         hold once it runs out, or the start plan before any plan."""
@@ -200,7 +192,7 @@ class PlanningAgent(nn.Module):
             if j < self.lead:
                 action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
             else:
-                action = self._base_action(x, deterministic)
+                action = torch.as_tensor(self.base.act(x, deterministic=deterministic)[0])
             plan.append(action)
             x = self.model(x, action)
         plans = torch.stack(plan, 1)

@@ -191,7 +191,7 @@ class HistoryFeatures:
     _ROW = np.zeros(1, np.int64)
 
     def __init__(self, rep: Representation, obs_size: int, n_actions: int, continuous: bool = False) -> None:
-        self.rep, self.obs_size, self.n_actions = rep, obs_size, n_actions
+        self.rep, self.obs_size, self.n_actions, self.continuous = rep, obs_size, n_actions, continuous
         self._batch = HistoryBatch(rep, obs_size, n_actions, 1, continuous)
 
     def reset(self, obs: np.ndarray, age_s: float | None = None, facts: ObsFacts | None = None) -> np.ndarray:
@@ -250,8 +250,7 @@ class HistoryWrapper(gym.Wrapper):
         super().__init__(env)
         obs_size = int(np.prod(env.observation_space.shape))
         n_actions = history_actions(env.action_space)
-        self.continuous = isinstance(env.action_space, gym.spaces.Box)
-        self.history = HistoryFeatures(rep, obs_size, n_actions, self.continuous)
+        self.history = HistoryFeatures(rep, obs_size, n_actions, isinstance(env.action_space, gym.spaces.Box))
         size = rep.feature_size(obs_size, n_actions)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
 
@@ -262,7 +261,7 @@ class HistoryWrapper(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        first = first_actions(action, 1, self.continuous, self.history.n_actions)[0]
+        first = first_actions(action, 1, self.history.continuous, self.history.n_actions)[0]
         rep = self.history.rep
         features = self.history.update(obs, first, observation_age_s(rep, info), observation_facts(rep, info))
         return features, reward, terminated, truncated, info
