@@ -26,7 +26,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from calf_agent.checkpoint_meta import MAX_PARAMETERS, check_meta
+from calf_agent.checkpoint_meta import agent_shapes, check_meta
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import Agent, make_agent
 from calf_core import atomic
@@ -85,15 +85,9 @@ def load_checkpoint(ckpt_dir: Path | str) -> tuple[Agent, dict[str, Any]]:
         raise CheckpointError(f'no checkpoint at {path}: run `calf train ... --out {path}` first')
     meta = _read_meta(path)
     try:
-        with torch.device('meta'):  # allocates nothing: the shapes alone are compared with the file
-            shapes = {k: tuple(v.shape) for k, v in make_agent(meta['agent']).state_dict().items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CheckpointError(f'{path / META} has no valid agent spec ({_one_line(exc)}): '
-                              f'{_retrain(path)}') from None
-    size = sum(int(np.prod(shape)) for shape in shapes.values())
-    if size > MAX_PARAMETERS:
-        raise CheckpointError(f'{path / META} describes an agent of {size} weights, more than {MAX_PARAMETERS}: '
-                              f'{_retrain(path)}')
+        shapes = agent_shapes(meta['agent'])  # allocates nothing: the shapes alone are compared with the file
+    except CheckpointError as exc:
+        raise CheckpointError(f'{path / META} {exc}: {_retrain(path)}') from None
     _check_state(path, shapes, _weight_shapes(path))
     _check_hash(path, meta)
     agent = make_agent(meta['agent'])

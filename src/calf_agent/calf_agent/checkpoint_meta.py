@@ -12,7 +12,10 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
+
 from calf_agent.errors import CheckpointError
+from calf_agent.policies import make_agent
 from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON
 
 MAX_OBS_DIM = MAX_OBS_VALUES
@@ -41,6 +44,22 @@ def check_meta(meta: Mapping[str, Any], where: str) -> None:
         elif key in REQUIRED:
             raise _Bad(f'has no {key!r}')
     _check_spec(meta['agent'], 'agent')
+
+
+def agent_shapes(spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The weight shapes ``spec`` builds, found on torch's ``meta`` device (nothing allocated).
+
+    CheckpointError if ``spec`` builds no agent or one of more than ``MAX_PARAMETERS`` weights.
+    """
+    try:
+        with torch.device('meta'):
+            shapes = {k: tuple(v.shape) for k, v in make_agent(dict(spec)).state_dict().items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f'has no valid agent spec ({" ".join(str(exc).split())[:200]})') from None
+    size = sum(math.prod(shape) for shape in shapes.values())
+    if size > MAX_PARAMETERS:
+        raise CheckpointError(f'describes an agent of {size} weights, more than {MAX_PARAMETERS}')
+    return shapes
 
 
 class _Bad(CheckpointError):
