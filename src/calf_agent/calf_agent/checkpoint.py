@@ -4,9 +4,11 @@
 the top level, plus the reserved keys ``format``, ``agent`` (the agent's ``spec()``),
 ``versions``, ``git_revision`` and ``weights_sha256``.
 
-A save replaces each file atomically, the weights first and ``meta.json`` last; ``meta.json``
-names the SHA-256 of the weights it belongs to, so a save interrupted between the two files
-is refused at load instead of pairing new weights with old provenance. Loading checks
+A save keeps the previous checkpoint until the new one is whole: it writes both new files to
+temporary files first, hard-links the previous pair into ``.prev/``, renames the weights and then
+``meta.json`` into place, and only then removes ``.prev/``. ``meta.json`` names the SHA-256 of the
+weights it belongs to, so a pair mixed by an interrupted save is never loaded: the loader falls
+back to ``.prev/`` (saying so on stderr), and refuses in one line if there is none. Loading checks
 ``meta.json`` against its schema (``checkpoint_meta``) and compares the weights file with an
 agent built on torch's ``meta`` device before allocating the real one.
 """
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,8 @@ from calf_core.yaml_files import read_json
 
 WEIGHTS = 'policy.safetensors'
 META = 'meta.json'
+PREVIOUS = '.prev'
+"""The subdirectory that holds the previous checkpoint while a save is under way."""
 FORMAT = 1
 MAX_META_BYTES = 1 << 20
 RESERVED = ('format', 'agent', 'versions', 'git_revision', 'weights_sha256')
@@ -59,7 +66,7 @@ def git_revision() -> str:
 def save_checkpoint(out_dir: Path | str, agent: Agent, meta: Mapping[str, Any] | None = None) -> Path:
     """Write ``agent``'s weights and ``meta.json`` into ``out_dir`` (created, not its parents); return it.
 
-    Each file is replaced atomically, weights first; an interrupted save is detected at load.
+    The previous checkpoint stays loadable until the new one is whole (see the module doc).
     """
     meta = dict(meta or {})
     clash = sorted(set(meta) & set(RESERVED))
@@ -70,19 +77,71 @@ def save_checkpoint(out_dir: Path | str, agent: Agent, meta: Mapping[str, Any] |
     weights = save({k: v.detach().contiguous() for k, v in agent.state_dict().items()})
     doc = {**meta, 'format': FORMAT, 'agent': agent.spec(), 'versions': versions(),
            'git_revision': git_revision(), 'weights_sha256': hashlib.sha256(weights).hexdigest()}
-    atomic.write_bytes(out / WEIGHTS, weights)
-    atomic.write_text(out / META, json.dumps(doc, indent=2, sort_keys=True, default=str) + '\n')
+    text = (json.dumps(doc, indent=2, sort_keys=True, default=str) + '\n').encode('utf-8')
+    with atomic.staged(out / WEIGHTS, weights) as new_weights, atomic.staged(out / META, text) as new_meta:
+        _keep_previous(out)
+        os.replace(new_weights, out / WEIGHTS)
+        os.replace(new_meta, out / META)
+        atomic.sync_dir(out)
+    shutil.rmtree(out / PREVIOUS, ignore_errors=True)
     return out
+
+
+def _keep_previous(out: Path) -> None:
+    """Hard-link the checkpoint in ``out`` into ``out/.prev`` if it is whole; else keep the ``.prev`` an
+    interrupted save left (it is the last whole one)."""
+    if not _whole(out):
+        return
+    fresh = out / f'{PREVIOUS}.new'
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir()
+    for name in (WEIGHTS, META):
+        try:
+            os.link(out / name, fresh / name)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(out / name, fresh / name)
+    atomic.sync_dir(fresh)
+    shutil.rmtree(out / PREVIOUS, ignore_errors=True)
+    os.replace(fresh, out / PREVIOUS)
+    atomic.sync_dir(out)
+
+
+def _whole(path: Path) -> bool:
+    """Whether ``path`` holds a readable meta.json and the weights file it was saved with."""
+    if not (path / WEIGHTS).is_file():
+        return False
+    try:
+        _check_hash(path, _read_meta(path))
+    except CheckpointError:
+        return False
+    return True
 
 
 def load_checkpoint(ckpt_dir: Path | str) -> tuple[Agent, dict[str, Any]]:
     """Rebuild the agent described by ``meta.json`` and load its weights (eval mode).
 
-    Raises CheckpointError with a one-line reason and remedy for anything missing or wrong.
+    Raises CheckpointError with a one-line reason and remedy for anything missing or wrong. If the
+    last save into ``ckpt_dir`` did not complete, the checkpoint before it (``.prev/``) is loaded.
     """
     path = Path(ckpt_dir)
     if not path.is_dir():
         raise CheckpointError(f'no checkpoint at {path}: run `calf train ... --out {path}` first')
+    try:
+        return _load(path)
+    except CheckpointError as error:
+        if not (path / PREVIOUS / META).is_file():
+            raise
+        try:
+            previous = _load(path / PREVIOUS)
+        except CheckpointError:
+            raise error from None
+    print(f'calf: the last save into {path} did not complete: loaded the checkpoint before it '
+          f'({path / PREVIOUS})', file=sys.stderr)
+    return previous
+
+
+def _load(path: Path) -> tuple[Agent, dict[str, Any]]:
+    """The agent and meta of the checkpoint in directory ``path`` (see :func:`load_checkpoint`)."""
     meta = _read_meta(path)
     try:
         shapes = agent_shapes(meta['agent'])  # allocates nothing: the shapes alone are compared with the file

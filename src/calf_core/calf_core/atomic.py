@@ -34,13 +34,8 @@ def replacing(path: Path, mode: str = 'w', **open_args: object) -> Iterator[IO]:
     file is removed (or, after a kill, left as ``.<name>.*.tmp``).
     """
     path = Path(path)
+    fd, tmp = _temp_beside(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
-    except OSError as err:
-        raise ConfigError(f'cannot write {str(path)!r}: {err.strerror} (its directory must exist and be writable)'
-                          ) from None
-    try:
-        os.fchmod(fd, 0o644)
         with os.fdopen(fd, mode, **open_args) as stream:
             yield stream
             stream.flush()
@@ -50,7 +45,27 @@ def replacing(path: Path, mode: str = 'w', **open_args: object) -> Iterator[IO]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def staged(path: Path, data: bytes) -> Iterator[Path]:
+    """A temporary file beside ``path`` holding ``data`` (on disk), for the block to rename over ``path``
+    with ``os.replace`` when it chooses; removed when the block ends if it is still there.
+
+    Several staged files let a caller write everything before it replaces anything.
+    """
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    try:
+        with os.fdopen(fd, 'wb') as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        yield Path(tmp)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def check_out_parent(path: Path, what: str = 'output directory') -> Path:
@@ -76,7 +91,18 @@ def make_out_dir(path: Path, what: str = 'output directory') -> Path:
     return path
 
 
-def _sync_dir(directory: Path) -> None:
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new ``.<name>.*.tmp`` file (mode 0644) in ``path``'s directory: its descriptor and path."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
+    except OSError as err:
+        raise ConfigError(f'cannot write {str(path)!r}: {err.strerror} (its directory must exist and be writable)'
+                          ) from None
+    os.fchmod(fd, 0o644)
+    return fd, tmp
+
+
+def sync_dir(directory: Path) -> None:
     """Flush a directory entry change (the rename) to disk, where the OS allows it."""
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
