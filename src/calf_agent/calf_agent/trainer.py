@@ -9,6 +9,9 @@ truncated episode is bootstrapped from ``info['final_obs']``. Observations must 
 running-normalised observations, and are clipped to the bounds as they are sent to the env.
 With ``mask_unexecuted`` the env must report ``info['executed']`` (see ``NetworkedEnv``), and the
 policy loss of each step counts only the plan elements that ran.
+
+``TrainConfig.algo='sac'`` trains Soft Actor-Critic instead (``calf_agent.sac_training``, Box actions
+of shape ``(A,)``), on the same env contract, logs and checkpoint.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,18 +40,21 @@ from calf_agent.gaussian import GaussianAgent
 from calf_agent.normalize import ReturnNormalizer
 from calf_agent.policies import AGENT_KINDS, PLAN_HEADS, Agent, LstmAgent, LstmState, MlpAgent
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
+from calf_agent.sac import SacConfig
 from calf_agent.seeding import seed_everything
 from calf_core import atomic
 
 CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'policy_loss',
               'value_loss', 'entropy', 'approx_kl', 'clipfrac', 'explained_variance',
               'learning_rate', 'sps', 'time_s')
+ALGOS = ('ppo', 'sac')
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run. ``meta`` is copied into the checkpoint's meta.json."""
 
+    algo: Literal['ppo', 'sac'] = 'ppo'
     total_steps: int = 100_000
     num_envs: int = 8
     num_steps: int = 128
@@ -56,6 +63,7 @@ class TrainConfig:
     hidden: tuple[int, ...] = (64, 64)
     lstm_size: int = 128
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    sac: SacConfig = field(default_factory=SacConfig)  # with algo='sac'
     stop_return: float | None = None  # stop once the windowed mean return reaches this
     return_window: int = 20  # episodes in the reported mean return
     torch_threads: int = 1
@@ -66,6 +74,10 @@ class TrainConfig:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f'unknown algo {self.algo!r}: choose one of {", ".join(ALGOS)}')
+        if self.algo == 'sac' and self.agent != 'mlp':
+            raise ValueError(f'sac trains an mlp policy, got agent {self.agent!r}')
         if self.agent not in AGENT_KINDS:
             raise ValueError(f'unknown agent {self.agent!r}: choose one of {", ".join(AGENT_KINDS)}')
         if min(self.num_envs, self.num_steps, self.return_window, self.torch_threads) < 1:
@@ -76,13 +88,13 @@ class TrainConfig:
         if self.plan_head not in PLAN_HEADS or (self.agent == 'lstm' and self.plan_head != 'independent'):
             raise ValueError(f'plan_head {self.plan_head!r} needs the mlp agent; choose one of {", ".join(PLAN_HEADS)}')
         split = self.num_envs if self.agent == 'lstm' else self.batch_size
-        if self.ppo.num_minibatches > split:
+        if self.algo == 'ppo' and self.ppo.num_minibatches > split:
             raise ValueError(f'num_minibatches={self.ppo.num_minibatches} exceeds the {split} '
                              f'{"envs" if self.agent == "lstm" else "samples"} of a rollout')
 
     @property
     def batch_size(self) -> int:
-        """Env steps per rollout."""
+        """Env steps per rollout (SAC: per vector step, ``num_steps`` 1)."""
         return self.num_envs * self.num_steps
 
     @property
@@ -132,32 +144,99 @@ def continuous_defaults() -> TrainConfig:
                       update_epochs=10, clip_coef=0.2, clip_vloss=True, ent_coef=0.0))
 
 
+def sac_defaults() -> TrainConfig:
+    """SAC on one env (CleanRL's and SB3's settings: 256x256 ReLU networks, batch 256, lr 3e-4, gamma 0.99,
+    tau 0.005, alpha tuned towards -A), on running-normalised observations."""
+    return TrainConfig(algo='sac', total_steps=100_000, num_envs=1, num_steps=1, agent='mlp', hidden=(256, 256),
+                       sac=SacConfig())
+
+
 def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
           progress: bool = True) -> TrainResult:
-    """Train with PPO on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``.
+    """Train with ``cfg.algo`` (PPO, or SAC) on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``.
 
     Writes ``progress.csv``, TensorBoard events under ``tb/``, ``policy.safetensors`` and
     ``meta.json``. The env is seeded with ``reset(seed=cfg.seed)``.
     """
+    if cfg.algo == 'sac':
+        from calf_agent.sac_training import train_sac  # it builds on this module
+        return train_sac(cfg, make_vec_env, out_dir, progress)
     out_dir = Path(out_dir)
     rng = seed_everything(cfg.seed, cfg.torch_threads)
     envs = make_vec_env(cfg.num_envs)
     try:
-        _check_env(envs, cfg.num_envs)
+        check_env(envs, cfg.num_envs)
         envs = RecordEpisodeStatistics(envs)
         agent = _build_agent(cfg, envs)
         loop = _Loop(cfg, agent, envs, rng, out_dir)
         loop.run(progress)
     finally:
         envs.close()
-    meta = {**cfg.meta, 'seed': cfg.seed, 'steps': loop.global_step, 'train_config': _config_dict(cfg)}
+    return finish(cfg, agent, out_dir, loop.global_step, loop.iteration, loop.elapsed, loop.episodes, loop.solved)
+
+
+def finish(cfg: TrainConfig, agent: torch.nn.Module, out_dir: Path, global_step: int, iterations: int,
+           elapsed: float, episodes: Episodes, solved: bool) -> TrainResult:
+    """Save the checkpoint of a finished run (its config in ``meta.json``) and return the run's result."""
+    meta = {**cfg.meta, 'algo': cfg.algo, 'seed': cfg.seed, 'steps': global_step, 'train_config': _config_dict(cfg)}
     save_checkpoint(out_dir, agent, meta)
-    window = loop.returns[-cfg.return_window:]
-    return TrainResult(out_dir, loop.global_step, loop.iteration, loop.elapsed, tuple(loop.returns),
-                       float(np.mean(window)) if window else math.nan, loop.solved)
+    return TrainResult(Path(out_dir), global_step, iterations, elapsed, tuple(episodes.returns),
+                       episodes.mean_return(cfg.return_window), solved)
 
 
-def _check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:
+class Episodes:
+    """Finished episodes, collected from ``RecordEpisodeStatistics``: every return, the recent lengths."""
+
+    def __init__(self, window: int) -> None:
+        self.returns: list[float] = []
+        self.lengths: deque[int] = deque(maxlen=window)
+
+    def record(self, info: Mapping[str, Any]) -> None:
+        """Collect the episodes that ended at this vector step."""
+        if '_episode' not in info:
+            return
+        for i in np.flatnonzero(info['_episode']):
+            self.returns.append(float(info['episode']['r'][i]))
+            self.lengths.append(int(info['episode']['l'][i]))
+
+    def mean_return(self, window: int) -> float:
+        """The mean of the last ``window`` returns (nan before the first episode ends)."""
+        recent = self.returns[-window:]
+        return float(np.mean(recent)) if recent else math.nan
+
+    def mean_length(self) -> float:
+        return float(np.mean(self.lengths)) if self.lengths else math.nan
+
+
+class RunLog:
+    """One run's ``progress.csv`` rows, TensorBoard scalars and progress bar."""
+
+    def __init__(self, log: csv.DictWriter, writer: SummaryWriter, bar: tqdm) -> None:
+        self._log, self._writer, self._bar = log, writer, bar
+
+    def write(self, row: Mapping[str, float], steps: int) -> None:
+        """Log ``row`` (its first field is the step) and advance the bar by ``steps``."""
+        self._log.writerow(row)
+        fields = list(row)
+        for key in fields[1:]:
+            self._writer.add_scalar(f'charts/{key}', row[key], row[fields[0]])
+        self._bar.update(steps)
+        self._bar.set_postfix(ret=f'{row["episodic_return"]:.1f}', refresh=False)
+
+
+@contextmanager
+def run_log(out_dir: Path, fields: tuple[str, ...], total_steps: int, progress: bool) -> Iterator[RunLog]:
+    """Open ``out_dir``'s progress.csv (kept if interrupted), TensorBoard events and progress bar."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (atomic.replacing(out_dir / 'progress.csv', 'w', newline='') as csv_file,
+          SummaryWriter(str(out_dir / 'tb')) as writer,
+          tqdm(total=total_steps, unit='step', disable=not progress, dynamic_ncols=True) as bar):
+        log = csv.DictWriter(csv_file, fields)
+        log.writeheader()
+        yield RunLog(log, writer, bar)
+
+
+def check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:
     """Raise ValueError unless ``envs`` meets the trainer's contract (see the module doc)."""
     if envs.num_envs != num_envs:
         raise ValueError(f'make_vec_env({num_envs}) returned {envs.num_envs} envs')
@@ -203,9 +282,9 @@ def _build_agent(cfg: TrainConfig, envs: gym.vector.VectorEnv) -> Agent:
 
 
 def _config_dict(cfg: TrainConfig) -> dict[str, Any]:
-    """``cfg`` as plain data, without the free-form ``meta``."""
+    """``cfg`` as plain data, without the free-form ``meta`` and the settings of the other algorithm."""
     data = dataclasses.asdict(cfg)
-    del data['meta']
+    del data['meta'], data['sac' if cfg.algo == 'ppo' else 'ppo']  # the other algorithm's settings are unused
     return data
 
 
@@ -225,8 +304,7 @@ class _Loop:
             action_shape = (*action_shape, agent.action_dim)
         self.buffer = RolloutBuffer(cfg.num_steps, cfg.num_envs, agent.obs_dim, action_shape,
                                     cfg.mask_unexecuted, continuous=self.continuous)
-        self.returns: list[float] = []
-        self.lengths: deque[int] = deque(maxlen=cfg.return_window)
+        self.episodes = Episodes(cfg.return_window)
         self.global_step = self.iteration = 0
         self.elapsed = 0.0
         self.solved = False
@@ -239,13 +317,7 @@ class _Loop:
         next_obs = self._observe(obs)
         next_done = torch.zeros(cfg.num_envs)
         state = self.agent.initial_state(cfg.num_envs) if self.recurrent else None
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        with (atomic.replacing(self.out_dir / 'progress.csv', 'w', newline='') as csv_file,  # kept if interrupted
-              SummaryWriter(str(self.out_dir / 'tb')) as writer,
-              tqdm(total=cfg.num_iterations * cfg.batch_size, unit='step', disable=not progress,
-                   dynamic_ncols=True) as bar):
-            log = csv.DictWriter(csv_file, CSV_FIELDS)
-            log.writeheader()
+        with run_log(self.out_dir, CSV_FIELDS, cfg.num_iterations * cfg.batch_size, progress) as log:
             while self.iteration < cfg.num_iterations:
                 self.iteration += 1
                 lr = self._anneal()
@@ -254,11 +326,7 @@ class _Loop:
                 stats = self._update(next_obs, next_done, state, initial_state)
                 self.elapsed = time.perf_counter() - start
                 row = self._row(stats, lr)
-                log.writerow(row)
-                for key in CSV_FIELDS[1:]:
-                    writer.add_scalar(f'charts/{key}', row[key], self.global_step)
-                bar.update(cfg.batch_size)
-                bar.set_postfix(ret=f'{row["episodic_return"]:.1f}', refresh=False)
+                log.write(row, cfg.batch_size)
                 if cfg.stop_return is not None and row['episodic_return'] >= cfg.stop_return:
                     self.solved = True
                     break
@@ -306,7 +374,7 @@ class _Loop:
                 self.buffer.mark_executed(_executed(info))
             obs = self._observe(raw_obs)
             done = torch.as_tensor(term | trunc, dtype=torch.float32)
-            self._record(info)
+            self.episodes.record(info)
         self.global_step += self.cfg.batch_size
         return obs, done, state
 
@@ -334,14 +402,6 @@ class _Loop:
         sub = None if state is None else (state[0][:, idx], state[1][:, idx])
         reward[idx] += gamma * self._value(final, torch.zeros(idx.size), sub).numpy()
         return reward
-
-    def _record(self, info: Mapping[str, Any]) -> None:
-        """Collect finished episodes from RecordEpisodeStatistics."""
-        if '_episode' not in info:
-            return
-        for i in np.flatnonzero(info['_episode']):
-            self.returns.append(float(info['episode']['r'][i]))
-            self.lengths.append(int(info['episode']['l'][i]))
 
     def _update(self, next_obs: Tensor, next_done: Tensor, state: LstmState | None,
                 initial_state: LstmState | None) -> dict[str, float]:
@@ -392,12 +452,11 @@ class _Loop:
 
     def _row(self, stats: Mapping[str, float], lr: float) -> dict[str, float]:
         """One progress.csv row."""
-        window = self.returns[-self.cfg.return_window:]
         return {
             'global_step': self.global_step,
-            'episodes': len(self.returns),
-            'episodic_return': float(np.mean(window)) if window else math.nan,
-            'episodic_length': float(np.mean(self.lengths)) if self.lengths else math.nan,
+            'episodes': len(self.episodes.returns),
+            'episodic_return': self.episodes.mean_return(self.cfg.return_window),
+            'episodic_length': self.episodes.mean_length(),
             **{key: stats[key] for key in ('policy_loss', 'value_loss', 'entropy', 'approx_kl',
                                            'clipfrac', 'explained_variance')},
             'learning_rate': lr,

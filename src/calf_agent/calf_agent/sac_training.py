@@ -1,0 +1,131 @@
+"""The SAC training loop (CleanRL's sac_continuous_action) over the trainer's vector env contract.
+
+The vector env is the PPO trainer's (``calf_agent.trainer``: ``SAME_STEP`` autoreset, flat Box
+observations) with ``Box`` actions of shape ``(A,)``. Each vector step stores one transition per env
+(a truncated episode's ``info['final_obs']`` as its next observation, bootstrapped; a terminated one
+not) and, from ``learning_starts`` on, makes one gradient step per env. Observations are stored raw
+and normalised by the actor's running statistics when sampled; actions are stored in ``[-1, 1]``.
+The logs, the checkpoint (the actor and its normaliser) and the result are the PPO trainer's.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+from calf_agent.sac import ReplayBuffer, SacActor, SacLearner
+from calf_agent.seeding import seed_everything
+from calf_agent.trainer import Episodes, TrainConfig, TrainResult, check_env, finish, run_log
+
+CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'critic_loss', 'actor_loss',
+              'alpha', 'entropy', 'q_value', 'sps', 'time_s')
+LOG_EVERY = 1_000
+"""Env steps between progress.csv rows (and ``stop_return`` checks)."""
+
+
+def train_sac(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
+              progress: bool = True) -> TrainResult:
+    """Train SAC on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir`` as ``trainer.train`` does."""
+    out_dir = Path(out_dir)
+    rng = seed_everything(cfg.seed, cfg.torch_threads)
+    envs = make_vec_env(cfg.num_envs)
+    try:
+        check_env(envs, cfg.num_envs)
+        actor = build_actor(envs.single_observation_space, envs.single_action_space, cfg.hidden)
+        loop = _Loop(cfg, actor, RecordEpisodeStatistics(envs), rng)
+        loop.run(out_dir, progress)
+    finally:
+        envs.close()
+    return finish(cfg, actor, out_dir, loop.global_step, loop.updates, loop.elapsed, loop.episodes, loop.solved)
+
+
+def build_actor(obs_space: gym.Space, action_space: gym.Space, hidden: tuple[int, ...]) -> SacActor:
+    """An actor sized to the spaces; ValueError naming the space unless actions are a bounded Box ``(A,)``."""
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ValueError(f'SAC trains single continuous actions, a Box of shape (A,), got {action_space}')
+    low, high = (np.broadcast_to(b, action_space.shape).tolist() for b in (action_space.low, action_space.high))
+    return SacActor(int(obs_space.shape[0]), int(action_space.shape[0]), low, high, hidden)
+
+
+class _Loop:
+    """State of one run: acting, storing, updating and logging."""
+
+    def __init__(self, cfg: TrainConfig, actor: SacActor, envs: gym.vector.VectorEnv,
+                 rng: np.random.Generator) -> None:
+        self.cfg, self.actor, self.envs, self.rng = cfg, actor, envs, rng
+        self.learner = SacLearner(actor, cfg.sac)
+        self.buffer = ReplayBuffer(min(cfg.sac.buffer_size, cfg.total_steps), actor.obs_dim, actor.action_dim)
+        self.episodes = Episodes(cfg.return_window)
+        self.global_step = self.updates = 0
+        self.elapsed = 0.0
+        self.solved = False
+
+    def run(self, out_dir: Path, progress: bool) -> None:
+        """Step the envs until the budget is spent or ``stop_return`` is reached."""
+        cfg, sac, n = self.cfg, self.cfg.sac, self.cfg.num_envs
+        start = time.perf_counter()
+        obs = np.asarray(self.envs.reset(seed=cfg.seed)[0], dtype=np.float32)
+        stats: dict[str, torch.Tensor] = {}
+        total = cfg.total_steps // n * n
+        logged = 0
+        with run_log(out_dir, CSV_FIELDS, total, progress) as log:
+            while self.global_step < total:
+                self.actor.obs_norm.update(obs)
+                unit = self._explore(obs)
+                next_obs, reward, term, trunc, info = self.envs.step(self.actor.scale(torch.from_numpy(unit)).numpy())
+                next_obs = np.asarray(next_obs, dtype=np.float32)
+                stored = next_obs
+                if (term | trunc).any():
+                    stored = next_obs.copy()
+                    for i in np.flatnonzero(term | trunc):
+                        stored[i] = info['final_obs'][i]
+                self.buffer.add(obs, unit, reward, stored, term)
+                self.episodes.record(info)
+                obs = next_obs
+                self.global_step += n
+                if self.global_step >= sac.learning_starts:
+                    for _ in range(n):
+                        stats = self._update()
+                if self.global_step - logged >= LOG_EVERY or self.global_step >= total:
+                    self.elapsed = time.perf_counter() - start
+                    row = self._row(stats)
+                    log.write(row, self.global_step - logged)
+                    logged = self.global_step
+                    if cfg.stop_return is not None and row['episodic_return'] >= cfg.stop_return:
+                        self.solved = True
+                        break
+        self.elapsed = time.perf_counter() - start
+
+    def _explore(self, obs: np.ndarray) -> np.ndarray:
+        """Actions in ``[-1, 1]``: uniform before ``learning_starts``, then sampled from the actor."""
+        if self.global_step < self.cfg.sac.learning_starts:
+            return self.rng.uniform(-1.0, 1.0, (len(obs), self.actor.action_dim)).astype(np.float32)
+        with torch.inference_mode():
+            return self.actor.sample(self.actor.obs_norm(torch.from_numpy(obs)))[0].numpy()
+
+    def _update(self) -> dict[str, torch.Tensor]:
+        """One gradient step on a batch sampled from the buffer, observations normalised as now."""
+        obs, actions, rewards, next_obs, terminated = self.buffer.sample(self.cfg.sac.batch_size, self.rng)
+        norm = self.actor.obs_norm
+        with torch.no_grad():
+            obs, next_obs = norm(obs), norm(next_obs)
+        self.updates += 1
+        return self.learner.update(obs, actions, rewards, next_obs, terminated)
+
+    def _row(self, stats: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One progress.csv row (the losses of the last update; nan before the first)."""
+        return {
+            'global_step': self.global_step,
+            'episodes': len(self.episodes.returns),
+            'episodic_return': self.episodes.mean_return(self.cfg.return_window),
+            'episodic_length': self.episodes.mean_length(),
+            **{key: float(stats[key]) if key in stats else float('nan')
+               for key in ('critic_loss', 'actor_loss', 'alpha', 'entropy', 'q_value')},
+            'sps': self.global_step / max(self.elapsed, 1e-9),
+            'time_s': self.elapsed,
+        }
