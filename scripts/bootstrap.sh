@@ -70,5 +70,11 @@ if ! stamp_ok colcon "$SRC_HASH" || [[ ! -f "$ROOT/install/setup.bash" ]]; then
   )
   stamp_write colcon "$SRC_HASH"
 fi
+# The workspace's Python paths also go into a .pth file of the venv, so that `calf` and the nodes
+# still import when a user sets PYTHONPATH plainly (PYTHONPATH=$PWD calf ...), which replaces
+# the paths that env.sh exported.
+WORKSPACE_PATHS="$(set +u; . "$ROOT/env.sh" >/dev/null 2>&1; tr ':' '\n' <<< "${PYTHONPATH:-}" | grep -F "$ROOT/" || true)"
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+printf '%s\n' "$WORKSPACE_PATHS" > "$SITE/calf-workspace.pth"
 trap - ERR
 echo "[bootstrap] ready: source $ROOT/env.sh" >&2

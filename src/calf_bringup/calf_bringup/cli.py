@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,7 +32,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def import_from_working_directory() -> None:
+    """Let ``--env mymodule:make_env`` find modules in the working directory, as ``python -m`` does.
+
+    The directory also goes first on the ``PYTHONPATH`` of the nodes that ``calf`` starts.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    inherited = os.environ.get('PYTHONPATH', '')
+    if cwd not in inherited.split(os.pathsep):
+        os.environ['PYTHONPATH'] = os.pathsep.join(p for p in (cwd, inherited) if p)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import_from_working_directory()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
