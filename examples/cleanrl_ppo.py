@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     next_obs, next_done = torch.as_tensor(obs, dtype=torch.float32), torch.zeros(n)
     returns: deque[float] = deque(maxlen=20)
     steps = 0
-    for _ in range(max(1, args.total_timesteps // (n * t))):
+    for _ in range(-(-args.total_timesteps // (n * t))):  # the budget is a minimum: whole rollouts, rounded up
         for step in range(t):
             obs_buf[step], done_buf[step] = next_obs, next_done
             with torch.no_grad():

@@ -89,11 +89,18 @@ def test_next_step_autoreset_is_rejected(tmp_path: Path) -> None:
               progress=False)
 
 
+def test_budget_is_a_minimum_rounded_up_to_whole_rollouts() -> None:
+    for total, rollouts in ((10, 1), (1024, 1), (1025, 2), (50_000, 49)):
+        cfg = TrainConfig(total_steps=total, num_envs=8, num_steps=128)
+        assert cfg.num_iterations == rollouts
+        assert cfg.num_iterations * cfg.batch_size >= total
+
+
 def test_train_config_validates() -> None:
     with pytest.raises(ValueError, match='unknown agent'):
         TrainConfig(agent='gru')
-    with pytest.raises(ValueError, match='below one rollout'):
-        TrainConfig(total_steps=10)
+    with pytest.raises(ValueError, match='must be >= 1'):
+        TrainConfig(total_steps=0)
     with pytest.raises(ValueError, match='envs'):
         TrainConfig(agent='lstm', num_envs=2, total_steps=1024)
 
