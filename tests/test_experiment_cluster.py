@@ -108,7 +108,7 @@ def test_a_cell_failing_twice_is_reported_while_the_rest_complete(cluster: Local
     assert len(result['cells']['Baseline']['Sim-Clean']['per_seed']) == 2
     assert result['cells']['Broken']['Sim-Clean']['failed_seeds'] == [0, 1]
     table = (tmp_path / 'tiny.md').read_text()
-    assert '| **Broken** (ours) | failed |' in table and '2 cells failed' in table
+    assert '| **Broken** | failed |' in table and '2 cells failed' in table
     log = next((tmp_path / 'logs' / 'tiny').glob('*no_such_profile*seed0.log')).read_text()
     assert log.count('=== attempt') == 2 and 'no_such_profile' in log
 

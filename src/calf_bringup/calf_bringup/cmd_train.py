@@ -18,19 +18,23 @@ from calf_core.atomic import check_out_parent
 from calf_core.envs import add_env_arguments, env_spec, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
+from calf_core.task_spec import ALGOS
 
 MAX_WORKERS = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser('train', help='train a policy with PPO under a network regime')
+    parser = sub.add_parser('train', help='train a policy with PPO or SAC under a network regime')
     add_env_arguments(parser)
     parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
                         help='baseline (sim_clean), delay_only, or full (full_net_aware)')
     parser.add_argument('--network', help='train under this profile or trace instead of the regime\'s')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--algo', choices=ALGOS,
+                        help='ppo, or sac for continuous (Box) actions: off-policy, a replay buffer, one env by '
+                             'default (default: the env spec\'s algo, else ppo)')
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')
-    parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole); CartPole uses the '
+    parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole; SAC: 1, one update per env step); CartPole uses the '
                                                  'numpy fast path from 32 when the network allows it')
     parser.add_argument('--frames', type=count(1, MAX_FRAMES), help='frame stack k (default: d + 1, d = typical delay in ticks)')
     parser.add_argument('--action-history', type=count(0, MAX_ACTION_HISTORY), help='actions remembered (default: d)')
@@ -74,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
     check_out_parent(args.out, 'checkpoint directory')  # before any work: trainings create it
+    if args.algo == 'sac' and (args.workers is not None or args.planner == 'model'):
+        raise ConfigError('--algo sac trains in one process: drop --workers and --planner model, or use --algo ppo')
     if args.workers is not None:
         return _train_distributed(args, network)
     if args.learner_network or args.resume or args.sync != 'every':
@@ -87,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
                              actions=default.actions if args.action_history is None else args.action_history,
                              obs_age=args.obs_age, delay_state=default.delay_state)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
-                          rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs)
+                          rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs,
+                          algo=args.algo)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
     return 0
@@ -103,7 +110,7 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:
         raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
-                        regime='baseline', progress=not args.quiet)
+                        regime='baseline', progress=not args.quiet, algo='ppo')
     meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,
                          progress=not args.quiet)
     print(json.dumps({'out': str(args.out), 'base_mean_return': base.mean_return, 'lead': meta['planner']['lead'],

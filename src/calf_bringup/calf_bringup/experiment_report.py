@@ -23,12 +23,13 @@ def write_csv(result: dict[str, Any], path: Path) -> Path:
 
 
 def markdown_table(result: dict[str, Any]) -> str:
-    """Ours and the paper's cells, one row each."""
+    """Our cells, one row each, with the paper's beneath a row where the paper has it."""
     cols = result['columns']
     lines = ['| training | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
     for row, cells in result['cells'].items():
         ours = [_cell(cells[c]) for c in cols]
-        lines.append(f'| **{row}** (ours) | ' + ' | '.join(ours) + ' |')
+        mark = ' (ours)' if row in result['paper'] else ''
+        lines.append(f'| **{row}**{mark} | ' + ' | '.join(ours) + ' |')
         if row in result['paper']:
             lines.append(f'| {row} (paper) | ' + ' | '.join(result['paper'][row]) + ' |')
     failed = {k: c['error'] for k, c in result.get('cells_run', {}).items() if c['status'] == 'failed'}
@@ -39,19 +40,30 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 
 def _cell(cell: dict[str, Any]) -> str:
-    """``mean ± std``, with the number of failed seeds if any."""
-    text = 'failed' if not cell['per_seed'] else f'{cell["mean"]:.0f} ± {cell["std"]:.0f}'
+    """``mean ± std`` (the value alone for one seed), with the number of failed seeds if any."""
+    if not cell['per_seed']:
+        text = 'failed'
+    elif len(cell['per_seed']) == 1:
+        text = f'{cell["mean"]:.0f}'
+    else:
+        text = f'{cell["mean"]:.0f} ± {cell["std"]:.0f}'
     missing = len(cell.get('failed_seeds', ()))
     return f'{text} ({missing} failed)' if missing and cell['per_seed'] else text
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> Path:
+    seeds = result['seeds']
+    spread = 'mean ± sample std across seeds' if seeds > 1 else 'one seed, so no spread is given'
     path.write_text(
         f'# {result["table"]}: {result["title"]}\n\n{markdown_table(result)}\n\n'
-        f'{result["seeds"]} seeds × {result["episodes"]} episodes per cell, {result["steps"]} PPO steps per seed; '
-        f'mean ± sample std across seeds.\n\nCommand: `{result["command"]}` ({result["run_time_s"]:.0f} s)\n\n'
+        f'{_count(seeds, "seed")} × {_count(result["episodes"], "episode")} per cell, {result["steps"]} training '
+        f'steps per seed; {spread}.\n\nCommand: `{result["command"]}` ({result["run_time_s"]:.0f} s)\n\n'
         f'![{result["table"]}]({path.stem}.png)\n')
     return path
+
+
+def _count(n: int, noun: str) -> str:
+    return f'{n} {noun}' if n == 1 else f'{n} {noun}s'
 
 
 def write_bar_chart(result: dict[str, Any], path: Path) -> Path:

@@ -1,0 +1,29 @@
+"""Tables say what they hold: no spread from one seed, and (ours) only beside the paper's rows."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from calf_bringup.experiment_report import write_markdown
+
+
+def result(per_seed: list[float], paper: dict[str, list[str]]) -> dict[str, Any]:
+    cell = {'mean': sum(per_seed) / len(per_seed), 'std': 0.0 if len(per_seed) == 1 else 1.5,
+            'per_seed': per_seed}
+    return {'table': 'mine', 'title': 'my robot', 'columns': ['Sim-Clean'], 'cells': {'Baseline': {'Sim-Clean': cell}},
+            'paper': paper, 'seeds': len(per_seed), 'episodes': 1, 'steps': 2048, 'command': 'calf experiment mine',
+            'run_time_s': 3.0}
+
+
+def test_one_seed_table_has_no_spread_and_singular_counts(tmp_path: Path) -> None:
+    text = write_markdown(result([412.0], {}), tmp_path / 'mine.md').read_text()
+    assert '| **Baseline** | 412 |' in text
+    assert '±' not in text.split('\n\n')[1]
+    assert '1 seed × 1 episode per cell' in text and 'no spread' in text
+    assert '(ours)' not in text
+
+
+def test_rows_beside_the_papers_are_marked_ours(tmp_path: Path) -> None:
+    text = write_markdown(result([400.0, 420.0, 410.0], {'Baseline': ['98']}), tmp_path / 'mine.md').read_text()
+    assert '| **Baseline** (ours) | 410 ± 2 |' in text and '| Baseline (paper) | 98 |' in text
+    assert '3 seeds × 1 episode per cell' in text and 'mean ± sample std across seeds' in text
