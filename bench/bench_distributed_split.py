@@ -1,15 +1,16 @@
 """Where a distributed CartPole run spends its time: one worker batch (8 envs x 32 steps, sim_clean)
 against one learner update on it (cartpole_defaults: 20 epochs), plus encoding and decoding, medians of
-repeats in one process. Usage: python bench/bench_distributed_split.py"""
+repeats in one process (encoding includes the frame's HMAC and its check). Usage: python bench/bench_distributed_split.py"""
 from __future__ import annotations
 
+import secrets
 import time
 
 import numpy as np
 import torch
 
 from calf_agent.dist_ppo import LagConfig, update_on_batch
-from calf_agent.dist_wire import WeightsMessage, decode, encode
+from calf_agent.dist_wire import Opener, Sealer, WeightsMessage
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.trainer import cartpole_defaults
@@ -30,7 +31,8 @@ def median_ms(fn, repeats: int = 15) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     agent = MlpAgent(4, 2)
-    worker = RolloutWorker('w0', 8, seed=0)
+    key = secrets.token_bytes(32)
+    worker = RolloutWorker('w0', 'cartpole', key, 8, seed=0)
     worker.apply(WeightsMessage(0, 1, 'w0', agent.spec(), CONFIG, agent.state_dict()))
     batch = worker.collect(32)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
@@ -39,8 +41,8 @@ def main() -> None:
     rows = {'collect one batch (256 env steps)': median_ms(lambda: worker.collect(32)),
             'learner update on it (20 epochs)': median_ms(lambda: update_on_batch(agent, optimizer, batch, 0, ppo,
                                                                                 LagConfig(), rng)),
-            'encode + decode the batch': median_ms(lambda: decode(encode(batch))),
-            'encode + decode the weights': median_ms(lambda: decode(encode(weights)))}
+            'encode + decode the batch': median_ms(lambda: Opener(key).decode(Sealer(key, 'w0').encode(batch), 'w0')),
+            'encode + decode the weights': median_ms(lambda: Opener(key).decode(Sealer(key, 'l').encode(weights), 'l'))}
     for name, ms in rows.items():
         print(f'{name}: {ms:.1f} ms')
 

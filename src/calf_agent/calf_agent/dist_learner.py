@@ -1,7 +1,11 @@
 """The central learner's core: PPO on the workers' batches, and weights sent by a sync policy.
 
 Pure (no rclpy): the learner node passes received chunks to ``receive`` and publishes what
-``step`` returns. Each ``step`` runs one lag-corrected PPO update on the oldest waiting batch, then
+``step`` returns. Every frame is checked under the run's key (``dist_wire.Opener``). A worker is
+admitted by its first hello, up to ``max_workers``; a later hello asks for weights only when the
+worker follows another run or none, at most once per ``hello_resend_s``. A batch is trained on only
+if its worker was admitted and it fits the run: its steps, observation width, action shape and range,
+and finite values within ``MAX_ABS_VALUE``. Every refusal is one log line and one counter per reason. Each ``step`` runs one lag-corrected PPO update on the oldest waiting batch, then
 asks the sync policy which workers get the new weights. At most one batch per worker waits: a newer
 one replaces it (``batches_superseded``), so that a learner slower than its workers trains on fresh
 data instead of an ever longer queue of stale batches. Every ``eval_every`` env steps it writes the
@@ -27,6 +31,7 @@ import numpy as np
 import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.dist_key import KEY_BYTES
 from calf_agent.dist_ppo import LagConfig, update_on_batch
 from calf_agent.dist_sync import SyncPolicy, WorkerSync, mean_kl
 from calf_agent.dist_wire import (
@@ -34,12 +39,14 @@ from calf_agent.dist_wire import (
     Chunk,
     Hello,
     Kind,
+    Opener,
     Reassembler,
+    Refused,
+    Sealer,
     Traffic,
     TrajectoryBatch,
     WeightsMessage,
-    decode,
-    encode,
+    shown,
     split,
 )
 from calf_agent.dist_worker import make_worker_envs
@@ -47,7 +54,7 @@ from calf_agent.evaluate import evaluate_sim
 from calf_agent.policies import MlpAgent
 from calf_agent.ppo import PPOConfig
 from calf_agent.seeding import seed_everything
-from calf_core.errors import ConfigError, MessageError
+from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 
 PROGRESS_FIELDS = ('update', 'version', 'env_steps', 'worker', 'lag', 'vtrace', 'episodes', 'episodic_return',
@@ -55,6 +62,11 @@ PROGRESS_FIELDS = ('update', 'version', 'env_steps', 'worker', 'lag', 'vtrace', 
 SUMMARY = 'distributed.json'
 WORKER_ID = re.compile(r'^[A-Za-z_][A-Za-z0-9_]{0,63}$')
 """A worker id is a ROS name token: weights go to ``<prefix>/<worker id>``."""
+LEARNER = 'learner'
+"""The sender name of the learner's frames."""
+MAX_ABS_VALUE = 1e6
+"""Largest magnitude of an observation or reward value in a batch."""
+MAX_WORKERS = 64
 
 
 class Outgoing(NamedTuple):
@@ -83,6 +95,9 @@ class LearnerConfig:
     backlog: int = 64  # batches waiting for an update (one per worker); the oldest is dropped beyond this
     chunk_bytes: int = CHUNK_BYTES
     resume: bool = False
+    key: bytes = field(default=b'', repr=False)  # shared with the workers: every frame is tagged under it
+    max_workers: int = MAX_WORKERS  # workers admitted at most
+    hello_resend_s: float = 2.0  # a worker's hellos trigger at most one weights send per this many seconds
 
 
 class Learner:
@@ -91,6 +106,10 @@ class Learner:
     def __init__(self, cfg: LearnerConfig, log: Callable[[str], None] = print,
                  clock: Callable[[], float] = time.monotonic, warn: Callable[[str], None] | None = None) -> None:
         """``log`` gets progress lines, ``warn`` (default: ``log``) one line per refused message."""
+        if len(cfg.key) < KEY_BYTES:
+            raise ConfigError(f'the learner needs a key of at least {KEY_BYTES} bytes')
+        if cfg.max_workers < 1:
+            raise ConfigError(f'max_workers must be >= 1, got {cfg.max_workers}')
         self.cfg, self.log, self.clock = cfg, log, clock
         self.rng = seed_everything(cfg.seed)
         self.run = secrets.randbits(31)
@@ -103,10 +122,12 @@ class Learner:
             probe.close()
         self.agent = MlpAgent(obs_dim, n_actions, cfg.hidden, int(cfg.env_config.get('plan_horizon', 1)))
         self.version = self.env_steps = self.updates = 0
-        if cfg.resume and (Path(cfg.out_dir) / 'meta.json').is_file():
+        if cfg.resume:
             self._resume()
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
         self.reassembler = Reassembler(log=warn or log)
+        self.opener, self.sealer = Opener(cfg.key), Sealer(cfg.key, LEARNER)
+        self.hellos_ignored = 0  # hellos of admitted workers that asked for nothing, or too soon
         self.received, self.sent = Traffic(), Traffic()
         self.workers: dict[str, WorkerSync] = {}
         self.queue: deque[TrajectoryBatch] = deque()
@@ -125,6 +146,9 @@ class Learner:
             self._progress_log.writeheader()
 
     def _resume(self) -> None:
+        if not (Path(self.cfg.out_dir) / 'meta.json').is_file():
+            raise ConfigError(f'nothing to resume: {self.cfg.out_dir} holds no checkpoint (meta.json); '
+                              'train without --resume')
         agent, meta = load_checkpoint(self.cfg.out_dir)
         if agent.spec() != self.agent.spec():
             raise ConfigError(f'{self.cfg.out_dir} holds a {agent.spec()} policy, this run trains '
@@ -144,19 +168,27 @@ class Learner:
         self.received.received(chunk, frame is not None)
         if frame is None:
             return
+        what = f'message {chunk.message_id} from {shown(chunk.sender)}'
         try:
-            message = decode(frame)
+            message = self.opener.decode(frame, chunk.sender)
             if isinstance(message, WeightsMessage):
-                raise MessageError('a weights message arrived on the batch topic')
-            sender = message.worker_id
-            if not WORKER_ID.match(sender) or sender != chunk.sender:
-                raise MessageError(f'worker id {sender!r} is not a name token or not the chunks\' sender')
-        except MessageError as err:
-            self.reassembler.refuse('corrupt', f'message {chunk.message_id} from {chunk.sender!r}: {err}')
+                raise Refused('corrupt', 'a weights message arrived on the batch topic')
+            if not WORKER_ID.match(message.worker_id) or message.worker_id != chunk.sender:
+                raise Refused('corrupt', f'worker id {shown(message.worker_id)} is not a name token or not the '
+                                         'chunks\' sender')
+        except Refused as err:
+            self.reassembler.refuse(err.reason, f'{what}: {err}')
             return
         if isinstance(message, Hello):
-            self.workers.setdefault(message.worker_id, WorkerSync()).version = -1
-            self.log(f'worker {message.worker_id!r} joined')
+            self._hello(message, now_s)
+            return
+        if message.worker_id not in self.workers:
+            self.reassembler.refuse('unknown_worker', f'batch {message.seq} of {shown(message.worker_id)}: the '
+                                                      'worker was not admitted (no hello, or --max-workers reached)')
+            return
+        problem = self._batch_problem(message)
+        if problem:
+            self.reassembler.refuse('bad_batch', f'batch {message.seq} of {shown(message.worker_id)}: {problem}')
             return
         older = next((b for b in self.queue if b.worker_id == message.worker_id), None)
         if older is not None:  # train on each worker's freshest batch: the lag stays near the worker count
@@ -167,6 +199,45 @@ class Learner:
             dropped = self.queue.popleft()
             self.reassembler.refuse('backlog', f'batch {dropped.seq} of {dropped.worker_id!r}: the learner is behind')
         self.queue.append(message)
+
+    def _hello(self, hello: Hello, now_s: float) -> None:
+        """Admit a new worker (up to ``max_workers``); weights for one that follows another run, not too often."""
+        sync = self.workers.get(hello.worker_id)
+        if sync is None:
+            if len(self.workers) >= self.cfg.max_workers:
+                self.reassembler.refuse('max_workers', f'hello of {shown(hello.worker_id)}: '
+                                                       f'{self.cfg.max_workers} workers already admitted')
+                return
+            sync = self.workers[hello.worker_id] = WorkerSync()
+            self.log(f'worker {hello.worker_id!r} joined')
+        elif (hello.learner_run == self.run and hello.version >= 0) or now_s - sync.hello_at_s < self.cfg.hello_resend_s:
+            self.hellos_ignored += 1  # in step with this run, or weights were sent on a hello a moment ago
+            return
+        sync.hello_at_s, sync.version = now_s, -1  # weights at the next step
+
+    def _batch_problem(self, b: TrajectoryBatch) -> str | None:
+        """What makes ``b`` unfit for this run's policy (its shapes and values), or None."""
+        steps, envs, dim = b.obs.shape
+        heads, n = self.agent.plan_horizon, self.agent.n_actions
+        if steps != int(self.cfg.env_config['num_steps']) or dim != self.agent.obs_dim:
+            return (f'{steps} steps of {dim} observation values, this run takes {self.cfg.env_config["num_steps"]} '
+                    f'of {self.agent.obs_dim}')
+        if b.actions.shape != ((steps, envs) if heads == 1 else (steps, envs, heads)) \
+                or b.behaviour_logits.shape[2:] != (heads * n,):
+            return (f'actions {tuple(b.actions.shape)} and behaviour logits {tuple(b.behaviour_logits.shape)} do not '
+                    f'fit {heads} head(s) of {n} actions')
+        if len(b.actions) and not ((b.actions >= 0) & (b.actions < n)).all():
+            return f'actions outside [0, {n})'
+        floats = (b.obs, b.rewards, b.next_obs, b.final_obs, b.logprobs, b.behaviour_logits)
+        if not all(torch.isfinite(t).all() and (t.abs() <= MAX_ABS_VALUE).all() for t in floats) \
+                or (b.logprobs > 1e-4).any():
+            return f'values that are not finite, beyond {MAX_ABS_VALUE:g} in magnitude, or log-probabilities above 0'
+        if not all(((t == 0) | (t == 1)).all() for t in (b.dones, b.next_done)):
+            return 'done flags other than 0 and 1'
+        if len(b.episode_returns) > b.env_steps or not all(math.isfinite(r) and abs(r) <= MAX_ABS_VALUE * b.env_steps
+                                                          for r in b.episode_returns):
+            return 'episode returns that are too many, not finite or too large'
+        return None
 
     def step(self) -> list[Outgoing]:
         """One update on the oldest waiting batch (if any), then the weights the sync policy sends."""
@@ -222,7 +293,7 @@ class Learner:
         message = WeightsMessage(self.version, self.run, worker_id, self.agent.spec(), self.cfg.env_config,
                                  self.agent.state_dict())
         self._message_id += 1
-        chunks = split(encode(message), Kind.WEIGHTS, 'learner', self._message_id, self.cfg.chunk_bytes)
+        chunks = split(self.sealer.encode(message), Kind.WEIGHTS, LEARNER, self._message_id, self.cfg.chunk_bytes)
         self.sent.sent(chunks)
         with torch.no_grad():
             reference = None if sync.obs is None else self.agent.logits(sync.obs)
@@ -260,7 +331,7 @@ class Learner:
                 'version': self.version, 'wall_time_s': round(self.clock() - self._start, 3),
                 'workers': sorted(self.workers), 'solved': self.solved,
                 'batches_received': self.received.as_dict(), 'weights_sent': self.sent.as_dict(),
-                'refused': dict(self.reassembler.refused),
+                'refused': dict(self.reassembler.refused), 'hellos_ignored': self.hellos_ignored,
                 'batches_superseded': {'messages': self.superseded, 'env_steps': self.superseded_steps},
                 'lag_histogram': {('other_run' if k < 0 else str(k)): v for k, v in sorted(self.lags.items())},
                 'evals': self.evals}

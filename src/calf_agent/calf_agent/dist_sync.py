@@ -8,6 +8,7 @@ Under every policy a worker whose version lags more than ``lag_cap`` updates is 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -69,6 +70,7 @@ class WorkerSync:
     batches_since_send: int = 0
     obs: Tensor | None = None  # [B, D] observations of its last batch
     reference_logits: Tensor | None = None  # [B, H * n] the worker's policy on ``obs``
+    hello_at_s: float = -math.inf  # when a hello of this worker last asked for weights
 
     def on_batch(self, version: int, obs: Tensor, behaviour_logits: Tensor) -> None:
         """A batch collected with ``version`` arrived: its logged distribution is the new reference."""

@@ -1,18 +1,25 @@
 """Distributed training's messages as bytes: trajectory batches up, weights down, never pickle.
 
-A frame is ``MAGIC | format u8 | kind u8 | header_len u32 | payload_len u64 | header | payload |
-sha256``: the header is JSON, the payload a safetensors blob, the digest covers everything before
-it. ``split`` cuts a frame into chunks of at most ``chunk_bytes``; ``Reassembler`` joins them and
-refuses (one log line, one counter per reason) chunks that are malformed or would exceed
-``max_bytes``, and messages left incomplete. ``decode`` refuses a frame that is truncated,
-oversized, fails its checksum, or holds tensors of the wrong names, shapes or types.
+A frame is ``MAGIC | format u8 | kind u8 | epoch u64 | seq u64 | sender_len u16 | header_len u32 |
+payload_len u64 | sender | header | payload | tag``: the header is JSON, the payload a safetensors blob,
+the tag an HMAC-SHA256 under the shared key (``dist_key``) of everything before it. A ``Sealer``
+writes one sender's frames, numbering them ``(epoch, seq)``: the epoch is the sender's start time, the
+seq counts up. An ``Opener`` checks the tag first (constant time; nothing of an unauthenticated frame
+is parsed), then that the frame came from the sender whose chunks carried it and is newer than the
+last one it accepted from that sender (a replayed frame is refused), then decodes it, refusing
+tensors of the wrong names, shapes or types. ``split`` cuts a frame into chunks of at most
+``chunk_bytes``; ``Reassembler`` joins them within a byte budget across all senders and refuses (one
+log line, one counter per reason) chunks that are malformed, over budget or would exceed
+``max_bytes``, and messages left incomplete.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import struct
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -25,13 +32,33 @@ from safetensors.torch import save as st_save
 from calf_core.errors import MessageError
 
 MAGIC = b'CALF'
-FORMAT = 1
-_PREFIX = struct.Struct('<4sBBIQ')
-_DIGEST = 32
+FORMAT = 2
+_PREFIX = struct.Struct('<4sBBQQHIQ')
+_TAG = 32
 MAX_BYTES = 64 * 1024 * 1024
 """Largest frame a receiver accepts by default (64 MiB)."""
+BUDGET_BYTES = 4 * MAX_BYTES
+"""Bytes a receiver reserves at most for messages in progress, over all senders (256 MiB)."""
+MAX_PENDING = 256
+"""Messages in progress a receiver keeps at most, over all senders."""
+MAX_SENDER = 64
+"""Longest sender name a chunk may carry."""
 CHUNK_BYTES = 16 * 1024
 """Default chunk size: small enough that one lost datagram costs little on a lossy link."""
+
+
+def shown(text: str, limit: int = MAX_SENDER) -> str:
+    """``text`` for a log line: printable characters only, at most ``limit`` of them, quoted."""
+    clean = ''.join(c if c.isprintable() else '?' for c in text[:limit + 1])
+    return repr(clean if len(clean) <= limit else clean[:limit] + '...')
+
+
+class Refused(MessageError):
+    """A frame refused for ``reason`` (the counter it goes to): unauthenticated, replayed or corrupt."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 class Kind(IntEnum):
@@ -95,62 +122,108 @@ class WeightsMessage:
 
 @dataclass
 class Hello:
-    """A worker announcing itself: the learner answers with weights."""
+    """A worker announcing itself, and the learner run and version it follows (0 and -1: none yet)."""
 
     worker_id: str
+    learner_run: int = 0
+    version: int = -1
 
 
-def encode(message: TrajectoryBatch | WeightsMessage | Hello) -> bytes:
-    """One frame holding ``message``."""
+Message = TrajectoryBatch | WeightsMessage | Hello
+
+
+def encode(message: Message, key: bytes, sender: str, epoch: int, seq: int) -> bytes:
+    """One frame holding ``message``, the ``seq``-th of ``sender``'s ``epoch``, tagged under ``key``."""
     if isinstance(message, TrajectoryBatch):
         header = {'worker_id': message.worker_id, 'seq': message.seq, 'version': message.version,
                   'learner_run': message.learner_run, 'episode_returns': message.episode_returns}
         tensors = {name: getattr(message, name).contiguous() for name in _BATCH_TENSORS}
-        return _frame(Kind.BATCH, header, tensors)
-    if isinstance(message, WeightsMessage):
+        kind = Kind.BATCH
+    elif isinstance(message, WeightsMessage):
         header = {'version': message.version, 'learner_run': message.learner_run, 'target': message.target,
                   'agent_spec': message.agent_spec, 'env_config': message.env_config}
-        return _frame(Kind.WEIGHTS, header, {k: v.detach().contiguous() for k, v in message.state.items()})
-    return _frame(Kind.HELLO, {'worker_id': message.worker_id}, {})
+        tensors = {k: v.detach().contiguous() for k, v in message.state.items()}
+        kind = Kind.WEIGHTS
+    else:
+        header = {'worker_id': message.worker_id, 'learner_run': message.learner_run, 'version': message.version}
+        tensors, kind = {}, Kind.HELLO
+    return _frame(kind, key, sender, epoch, seq, header, tensors)
 
 
-def _frame(kind: Kind, header: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> bytes:
+def _frame(kind: Kind, key: bytes, sender: str, epoch: int, seq: int, header: Mapping[str, Any],
+           tensors: Mapping[str, torch.Tensor]) -> bytes:
+    name = sender.encode()
     head = json.dumps(header, sort_keys=True).encode()
     payload = st_save(dict(tensors)) if tensors else b''
-    body = _PREFIX.pack(MAGIC, FORMAT, int(kind), len(head), len(payload)) + head + payload
-    return body + hashlib.sha256(body).digest()
+    body = _PREFIX.pack(MAGIC, FORMAT, int(kind), epoch, seq, len(name), len(head), len(payload)) + name + head + payload
+    return body + hmac.new(key, body, hashlib.sha256).digest()
 
 
-def decode(frame: bytes, max_bytes: int = MAX_BYTES) -> TrajectoryBatch | WeightsMessage | Hello:
-    """The message in ``frame``; MessageError (one line) if it is malformed in any way."""
-    if len(frame) > max_bytes:
-        raise MessageError(f'frame of {len(frame)} bytes exceeds the limit of {max_bytes}')
-    if len(frame) < _PREFIX.size + _DIGEST:
-        raise MessageError(f'truncated frame: {len(frame)} bytes')
-    magic, fmt, kind, head_len, payload_len = _PREFIX.unpack_from(frame)
-    if magic != MAGIC or fmt != FORMAT:
-        raise MessageError(f'not a CALF frame of format {FORMAT} (magic {magic!r}, format {fmt})')
-    if _PREFIX.size + head_len + payload_len + _DIGEST != len(frame):
-        raise MessageError(f'frame length {len(frame)} does not match its header '
-                           f'({head_len} + {payload_len} bytes of content): truncated or padded')
-    body, digest = frame[:-_DIGEST], frame[-_DIGEST:]
-    if hashlib.sha256(body).digest() != digest:
-        raise MessageError('checksum mismatch: the frame was corrupted on the way')
-    try:
-        header = json.loads(body[_PREFIX.size:_PREFIX.size + head_len])
-        payload = body[_PREFIX.size + head_len:]
-        tensors = st_load(payload) if payload else {}
-        return _message(Kind(kind), header, tensors)
-    except MessageError:
-        raise
-    except Exception as exc:  # json, safetensors, enum and key errors all mean a bad frame
-        raise MessageError(f'undecodable frame: {" ".join(str(exc).split()) or type(exc).__name__}') from None
+class Sealer:
+    """Writes one sender's frames: each tagged under the key and numbered after the one before."""
+
+    def __init__(self, key: bytes, sender: str, epoch: int | None = None) -> None:
+        """``epoch`` defaults to the wall clock in ns: a restarted sender numbers above its last run."""
+        self._key, self.sender = key, sender
+        self.epoch = time.time_ns() if epoch is None else epoch
+        self.seq = 0
+
+    def encode(self, message: Message) -> bytes:
+        """The next frame of this sender, holding ``message``."""
+        self.seq += 1
+        return encode(message, self._key, self.sender, self.epoch, self.seq)
 
 
-def _message(kind: Kind, header: dict[str, Any], tensors: dict[str, torch.Tensor]
-             ) -> TrajectoryBatch | WeightsMessage | Hello:
+class Opener:
+    """Checks and decodes frames under the key; remembers the newest ``(epoch, seq)`` of each sender.
+
+    At most ``max_senders`` are remembered (the longest silent is forgotten); only a holder of the
+    key can add one.
+    """
+
+    def __init__(self, key: bytes, max_senders: int = 1024, max_bytes: int = MAX_BYTES) -> None:
+        self._key, self.max_senders, self.max_bytes = key, max_senders, max_bytes
+        self._newest: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def decode(self, frame: bytes, sender: str) -> Message:
+        """The message in ``frame``, which came as chunks of ``sender``; Refused (one line) if it is bad."""
+        if len(frame) > self.max_bytes:
+            raise Refused('corrupt', f'frame of {len(frame)} bytes exceeds the limit of {self.max_bytes}')
+        if len(frame) < _PREFIX.size + _TAG or not hmac.compare_digest(
+                hmac.new(self._key, frame[:-_TAG], hashlib.sha256).digest(), frame[-_TAG:]):
+            raise Refused('unauthenticated', f'frame of {len(frame)} bytes has no valid tag: not signed with this '
+                                             'run\'s key, or damaged on the way')
+        magic, fmt, kind, epoch, seq, name_len, head_len, payload_len = _PREFIX.unpack_from(frame)
+        if magic != MAGIC or fmt != FORMAT or _PREFIX.size + name_len + head_len + payload_len + _TAG != len(frame):
+            raise Refused('corrupt', f'not a CALF frame of format {FORMAT} (magic {magic!r}, format {fmt}) or its '
+                                     'lengths disagree')
+        body = memoryview(frame)[_PREFIX.size:-_TAG]
+        signer = bytes(body[:name_len]).decode(errors='replace')
+        if signer != sender:
+            raise Refused('unauthenticated', f'frame of {shown(signer)} arrived as chunks of {shown(sender)}')
+        newest = self._newest.get(sender)
+        if newest is not None and (epoch, seq) <= newest:
+            raise Refused('replayed', f'frame {epoch}/{seq} is not newer than {newest[0]}/{newest[1]}, the last '
+                                      'accepted from this sender')
+        self._newest[sender] = (epoch, seq)
+        self._newest.move_to_end(sender)
+        while len(self._newest) > self.max_senders:
+            self._newest.popitem(last=False)
+        try:
+            header = json.loads(bytes(body[name_len:name_len + head_len]))
+            payload = bytes(body[name_len + head_len:])
+            tensors = st_load(payload) if payload else {}
+            return _message(Kind(kind), header, tensors)
+        except MessageError as err:
+            raise Refused('corrupt', str(err)) from None
+        except Exception as exc:  # json, safetensors, enum and key errors all mean a bad frame
+            raise Refused('corrupt', f'undecodable frame: {" ".join(str(exc).split())[:200] or type(exc).__name__}'
+                          ) from None
+
+
+def _message(kind: Kind, header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Message:
     if kind == Kind.HELLO:
-        return Hello(str(header['worker_id']))
+        return Hello(str(header['worker_id']), int(header['learner_run']), int(header['version']))
     if kind == Kind.WEIGHTS:
         return WeightsMessage(int(header['version']), int(header['learner_run']), str(header['target']),
                               dict(header['agent_spec']), dict(header['env_config']), tensors)
@@ -219,17 +292,23 @@ class _Pending:
 
 
 class Reassembler:
-    """Joins chunks into frames, per sender; keeps at most one message in progress per sender.
+    """Joins chunks into frames, per sender; keeps at most one message in progress per sender and kind.
 
-    A chunk that contradicts its message, or announces more than ``max_bytes``, is refused; a
+    A chunk that contradicts its message, names no known kind, carries a sender name longer than
+    ``MAX_SENDER``, or announces more than ``max_bytes`` is refused (``malformed``). Each message in
+    progress reserves the bytes it announces; one that would take the reserved total over
+    ``budget_bytes``, or the messages in progress over ``max_pending``, is refused (``budget``). A
     message still incomplete when a newer one from its sender starts, or after ``timeout_s``, is
     dropped as ``incomplete``. Each refusal calls ``log`` once and counts in ``refused[reason]``.
     """
 
     def __init__(self, max_bytes: int = MAX_BYTES, timeout_s: float = 30.0,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+                 log: Callable[[str], None] = lambda line: None, budget_bytes: int = BUDGET_BYTES,
+                 max_pending: int = MAX_PENDING) -> None:
         self.max_bytes, self.timeout_s, self.log = max_bytes, timeout_s, log
+        self.budget_bytes, self.max_pending = budget_bytes, max_pending
         self.refused: Counter[str] = Counter()
+        self.reserved = 0  # bytes announced by the messages in progress
         self._pending: dict[tuple[str, int], tuple[int, _Pending]] = {}
 
     def refuse(self, reason: str, detail: str) -> None:
@@ -240,9 +319,13 @@ class Reassembler:
     def add(self, chunk: Chunk, now_s: float) -> bytes | None:
         """The whole frame once ``chunk`` completes it, else None."""
         self._expire(now_s)
-        what = f'chunk {chunk.index}/{chunk.count} of message {chunk.message_id} from {chunk.sender!r}'
-        if not 0 < chunk.total_bytes <= self.max_bytes or chunk.count < 1 or not 0 <= chunk.index < chunk.count:
-            self.refuse('malformed', f'{what}: {chunk.total_bytes} bytes announced (limit {self.max_bytes})')
+        sender = shown(chunk.sender)
+        what = f'chunk {chunk.index}/{chunk.count} of message {chunk.message_id} from {sender}'
+        if not 0 < chunk.total_bytes <= self.max_bytes or chunk.count < 1 or not 0 <= chunk.index < chunk.count \
+                or chunk.kind not in Kind.__members__.values() or len(chunk.sender) > MAX_SENDER:
+            self.refuse('malformed', f'{what}: {chunk.total_bytes} bytes announced (limit {self.max_bytes}), '
+                                     f'kind {chunk.kind}, a sender name of {len(chunk.sender)} characters '
+                                     f'(limit {MAX_SENDER})')
             return None
         key = (chunk.sender, chunk.kind)
         message_id, pending = self._pending.get(key, (None, None))
@@ -251,32 +334,41 @@ class Reassembler:
                 if chunk.message_id < message_id:
                     self.refuse('stale', f'{what}: message {message_id} is newer')
                     return None
-                self.refuse('incomplete', f'message {message_id} from {chunk.sender!r}: '
+                self._drop(key)
+                self.refuse('incomplete', f'message {message_id} from {sender}: '
                                           f'{len(pending.parts)} of {pending.count} chunks arrived')
+            if self.reserved + chunk.total_bytes > self.budget_bytes or len(self._pending) >= self.max_pending:
+                self.refuse('budget', f'{what}: {len(self._pending)} messages of {self.reserved} bytes in progress '
+                                      f'(limits {self.max_pending} and {self.budget_bytes} bytes)')
+                return None
             pending = _Pending(chunk.count, chunk.total_bytes, now_s)
             self._pending[key] = (chunk.message_id, pending)
+            self.reserved += chunk.total_bytes
         if (chunk.count, chunk.total_bytes) != (pending.count, pending.total_bytes) \
                 or pending.size + len(chunk.data) > pending.total_bytes:
             self.refuse('malformed', f'{what}: disagrees with its message\'s other chunks')
-            del self._pending[key]
+            self._drop(key)
             return None
         if chunk.index not in pending.parts:
             pending.parts[chunk.index] = chunk.data
             pending.size += len(chunk.data)
         if len(pending.parts) < pending.count:
             return None
-        del self._pending[key]
+        self._drop(key)
         if pending.size != pending.total_bytes:
-            self.refuse('truncated', f'message {chunk.message_id} from {chunk.sender!r}: '
+            self.refuse('truncated', f'message {chunk.message_id} from {sender}: '
                                      f'{pending.size} of {pending.total_bytes} bytes')
             return None
         return b''.join(pending.parts[i] for i in range(pending.count))
 
+    def _drop(self, key: tuple[str, int]) -> None:
+        self.reserved -= self._pending.pop(key)[1].total_bytes
+
     def _expire(self, now_s: float) -> None:
         for key, (message_id, pending) in list(self._pending.items()):
             if now_s - pending.started_s > self.timeout_s:
-                del self._pending[key]
-                self.refuse('incomplete', f'message {message_id} from {key[0]!r}: {len(pending.parts)} of '
+                self._drop(key)
+                self.refuse('incomplete', f'message {message_id} from {shown(key[0])}: {len(pending.parts)} of '
                                           f'{pending.count} chunks after {self.timeout_s:g} s')
 
 

@@ -3,7 +3,8 @@
 Thin: ``calf_agent.dist_learner.Learner`` does the work. Batches and hellos arrive as
 ``calf_msgs/ByteChunk`` on ``batch_topic`` (QoS ``calf_ros.qos.BATCHES``); weights go to each worker on
 ``<weights_prefix>/<worker id>`` (QoS ``WEIGHTS``, transient local: a worker that matches late still
-gets them). The node exits once the step budget is spent or an evaluation reaches ``stop_return``,
+gets them). Every frame is tagged under the key in ``key_file`` (or ``CALF_DIST_KEY``); the node
+is given the file's path, never the key. The node exits once the step budget is spent or an evaluation reaches ``stop_return``,
 leaving the checkpoint and ``distributed.json`` in ``out``.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ from rclpy.node import Node
 from rclpy.publisher import Publisher
 
 from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
-from calf_agent.dist_learner import Learner, LearnerConfig
+from calf_agent.dist_key import KEY_ENV, load_key
+from calf_agent.dist_learner import MAX_WORKERS, Learner, LearnerConfig
 from calf_agent.dist_ppo import LagConfig
 from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.regimes import default_representation
@@ -51,6 +53,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'stop_return': (0.0, 'stop once an evaluation reaches this mean return; 0: train the whole budget'),
     'resume': (False, 'continue from the checkpoint in out (weights, version, steps) if there is one'),
     'chunk_bytes': (16 * 1024, 'largest chunk of a weights message (bytes)'),
+    'key_file': ('', f'file of the key shared with the workers (calf train --workers writes OUT/dist.key); '
+                     f'empty: the key in {KEY_ENV}'),
+    'max_workers': (MAX_WORKERS, 'workers admitted at most; hellos beyond are refused'),
     'batch_topic': (BATCH_TOPIC, 'where workers publish batch chunks'),
     'weights_prefix': (WEIGHTS_PREFIX, 'weights go to PREFIX/<worker id>'),
     'step_period_s': (0.002, 'period of the update timer (seconds)'),
@@ -72,12 +77,13 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
     base = cartpole_defaults()
     env_config = {'env': p['env'], 'network': p['network'], 'regime': p['regime'], 'representation': rep.as_dict(),
                   'plan_horizon': 1, 'num_steps': p['num_steps']}
-    if min(p['steps'], p['num_steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes']) < 1:
-        raise ConfigError('steps, num_steps, eval_every, eval_episodes and chunk_bytes must be >= 1')
+    if min(p['steps'], p['num_steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes'], p['max_workers']) < 1:
+        raise ConfigError('steps, num_steps, eval_every, eval_episodes, chunk_bytes and max_workers must be >= 1')
     return LearnerConfig(Path(p['out']), env_config, parse_sync(p['sync'], p['lag_cap']), p['steps'], p['seed'],
                          ppo=base.ppo, lag=replace(LagConfig(), vtrace_lag=p['vtrace_lag']), hidden=base.hidden,
                          eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
-                         stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'])
+                         stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'],
+                         key=load_key(p['key_file']), max_workers=p['max_workers'])
 
 
 class LearnerNode(Node):

@@ -15,18 +15,20 @@ from calf_agent.dist_wire import (
     Chunk,
     Hello,
     Kind,
+    Opener,
     Reassembler,
+    Refused,
+    Sealer,
     TrajectoryBatch,
     WeightsMessage,
-    decode,
-    encode,
     split,
 )
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.ppo import PPOConfig, compute_gae
-from calf_core.errors import ConfigError, MessageError
+from calf_core.errors import ConfigError
 
+KEY = bytes(range(32))
 ENV_CONFIG = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
               'representation': {'frames': 1, 'actions': 0, 'obs_age': False}, 'plan_horizon': 1, 'num_steps': 16}
 
@@ -37,14 +39,18 @@ def _weights(version: int = 3, target: str = 'w0') -> WeightsMessage:
 
 
 def _worker(worker_id: str = 'w0', envs: int = 2) -> RolloutWorker:
-    worker = RolloutWorker(worker_id, envs, seed=1)
+    worker = RolloutWorker(worker_id, 'cartpole', KEY, envs, seed=1)
     worker.apply(_weights(target=worker_id))
     return worker
 
 
+def _round_trip(message, sender: str = 'w0'):
+    return Opener(KEY).decode(Sealer(KEY, sender).encode(message), sender)
+
+
 def test_batch_round_trips_through_bytes():
     batch = _worker().collect(20)
-    back = decode(encode(batch))
+    back = _round_trip(batch)
     assert isinstance(back, TrajectoryBatch)
     assert (back.worker_id, back.seq, back.version, back.learner_run) == ('w0', 1, 3, 7)
     for name in ('obs', 'actions', 'logprobs', 'behaviour_logits', 'rewards', 'dones', 'terminated', 'truncated',
@@ -56,15 +62,15 @@ def test_batch_round_trips_through_bytes():
 
 def test_weights_and_hello_round_trip():
     message = _weights()
-    back = decode(encode(message))
+    back = _round_trip(message, 'learner')
     assert isinstance(back, WeightsMessage) and back.version == 3 and back.target == 'w0'
     assert all(torch.equal(back.state[k], v) for k, v in message.state.items())
-    assert decode(encode(Hello('robot_1'))) == Hello('robot_1')
+    assert _round_trip(Hello('robot_1', 5, 2), 'robot_1') == Hello('robot_1', 5, 2)
 
 
 @pytest.mark.parametrize('damage', ['flip', 'truncate', 'pad', 'magic'])
 def test_damaged_frames_are_refused(damage):
-    frame = bytearray(encode(_weights()))
+    frame = bytearray(Sealer(KEY, 'learner').encode(_weights()))
     if damage == 'flip':
         frame[len(frame) // 2] ^= 0xFF
     elif damage == 'truncate':
@@ -73,18 +79,19 @@ def test_damaged_frames_are_refused(damage):
         frame += b'\0'
     else:
         frame[:4] = b'XXXX'
-    with pytest.raises(MessageError):
-        decode(bytes(frame))
+    with pytest.raises(Refused, match='no valid tag') as refused:
+        Opener(KEY).decode(bytes(frame), 'learner')
+    assert refused.value.reason == 'unauthenticated'
 
 
 def test_oversized_frame_is_refused_before_parsing():
-    frame = encode(_weights())
-    with pytest.raises(MessageError, match='exceeds the limit'):
-        decode(frame, max_bytes=len(frame) - 1)
+    frame = Sealer(KEY, 'learner').encode(_weights())
+    with pytest.raises(Refused, match='exceeds the limit'):
+        Opener(KEY, max_bytes=len(frame) - 1).decode(frame, 'learner')
 
 
 def test_chunks_reassemble_in_any_order_and_duplicates_are_harmless():
-    frame = encode(_weights())
+    frame = Sealer(KEY, 'learner').encode(_weights())
     chunks = split(frame, Kind.WEIGHTS, 'learner', 1, chunk_bytes=4096)
     assert len(chunks) > 3 and max(len(c.data) for c in chunks) <= 4096
     joiner = Reassembler()
@@ -181,7 +188,7 @@ def test_vtrace_truncates_importance_weights():
 
 
 def test_stale_batches_switch_to_vtrace():
-    batch = decode(encode(_worker().collect(16)))
+    batch = _round_trip(_worker().collect(16))
     agent = MlpAgent(4, 2)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
     ppo = PPOConfig(update_epochs=2, num_minibatches=2)
@@ -195,7 +202,7 @@ def test_stale_batches_switch_to_vtrace():
 
 def _learner(tmp_path: Path, sync: str, **kw) -> Learner:
     cfg = LearnerConfig(tmp_path, ENV_CONFIG, parse_sync(sync), total_steps=kw.pop('total_steps', 10_000),
-                        ppo=PPOConfig(update_epochs=2, num_minibatches=1), eval_every=10**9, **kw)
+                        ppo=PPOConfig(update_epochs=2, num_minibatches=1), eval_every=10**9, key=KEY, **kw)
     return Learner(cfg, log=lambda line: None, clock=lambda: 0.0)
 
 
@@ -222,7 +229,7 @@ def _deliver(learner: Learner, workers: list[RolloutWorker]) -> None:
 
 def test_every_sends_each_worker_each_update(tmp_path):
     learner = _learner(tmp_path, 'every')
-    workers = [RolloutWorker(f'w{i}', 2, seed=i) for i in range(2)]
+    workers = [RolloutWorker(f'w{i}', 'cartpole', KEY, 2, seed=i) for i in range(2)]
     _exchange(learner, workers, rounds=4)
     assert learner.updates == 8 and learner.version == 8 and learner.env_steps == 8 * 32
     weights_per_message = learner.sent.bytes / learner.sent.messages
@@ -236,7 +243,7 @@ def test_every_sends_each_worker_each_update(tmp_path):
 def test_aps_sends_fewer_weights_than_every(tmp_path):
     every, aps = _learner(tmp_path / 'every', 'every'), _learner(tmp_path / 'aps', 'aps:0.05')
     for learner in (every, aps):
-        _exchange(learner, [RolloutWorker(f'w{i}', 2, seed=i) for i in range(2)], rounds=4)
+        _exchange(learner, [RolloutWorker(f'w{i}', 'cartpole', KEY, 2, seed=i) for i in range(2)], rounds=4)
     assert aps.updates == every.updates == 8
     assert aps.sent.bytes < every.sent.bytes
     assert max(aps.lags) > 1  # workers ran stale copies, corrected by the learner
@@ -246,7 +253,7 @@ def test_corrupt_batch_is_refused_counted_and_the_learner_carries_on(tmp_path):
     lines: list[str] = []
     learner = _learner(tmp_path, 'every')
     learner.reassembler.log = lines.append
-    worker = RolloutWorker('w0', 2, seed=0)
+    worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=0)
     _exchange(learner, [worker], rounds=1)
     chunks = worker.next_batch(16)
     data = bytearray(chunks[-1].data)
@@ -254,23 +261,23 @@ def test_corrupt_batch_is_refused_counted_and_the_learner_carries_on(tmp_path):
     bad = chunks[-1]._replace(data=bytes(data))
     for chunk in [*chunks[:-1], bad]:
         learner.receive(chunk, 0.0)
-    assert learner.reassembler.refused == {'corrupt': 1} and not learner.queue
-    assert len(lines) == 1 and 'checksum' in lines[0]
+    assert learner.reassembler.refused == {'unauthenticated': 1} and not learner.queue
+    assert len(lines) == 1 and 'no valid tag' in lines[0]
     _exchange(learner, [worker], rounds=1)
     assert learner.updates == 2
 
 
 def test_learner_resumes_from_its_checkpoint(tmp_path):
     first = _learner(tmp_path, 'every')
-    _exchange(first, [RolloutWorker('w0', 2, seed=0)], rounds=2)
+    _exchange(first, [RolloutWorker('w0', 'cartpole', KEY, 2, seed=0)], rounds=2)
     first.close()
     again = _learner(tmp_path, 'every', resume=True)
     assert (again.version, again.env_steps) == (first.version, first.env_steps)
     assert again.run != first.run
     assert all(torch.equal(a, b) for a, b in zip(first.agent.parameters(), again.agent.parameters()))
-    worker = RolloutWorker('w0', 2, seed=0)
+    worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=0)
     worker.apply(WeightsMessage(0, first.run, 'w0', first.agent.spec(), ENV_CONFIG, first.agent.state_dict()))
-    for chunk in worker.next_batch(16):  # collected under the old run: V-trace, weights go out at once
+    for chunk in [*worker.hello(), *worker.next_batch(16)]:  # admitted; collected under the old run: V-trace
         again.receive(chunk, 0.0)
     sends = again.step()
     assert again.lags[-1] == 1 and sends
@@ -280,7 +287,7 @@ def test_learner_resumes_from_its_checkpoint(tmp_path):
 
 def test_a_newer_batch_of_a_worker_replaces_its_waiting_one(tmp_path):
     learner = _learner(tmp_path, 'every')
-    worker = RolloutWorker('w0', 2, seed=0)
+    worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=0)
     _exchange(learner, [worker], rounds=1)
     for _ in range(3):
         for chunk in worker.next_batch(16):

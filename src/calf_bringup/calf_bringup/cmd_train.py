@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_HORIZON
+from calf_agent.dist_key import KEY_ENV, KEY_FILE, create_key, parse_key, read_key_file
+from calf_agent.dist_learner import MAX_WORKERS as DEFAULT_MAX_WORKERS
 from calf_agent.dist_learner import SUMMARY
 from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.planner import train_planner
@@ -68,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument('--stop-return', type=float, default=0.0,
                       help='stop once an evaluation reaches this mean return (default 0: the whole budget)')
     dist.add_argument('--resume', action='store_true', help='continue from the checkpoint in --out')
+    dist.add_argument('--key', metavar='FILE',
+                      help=f'key file shared with the workers (mode 0600); default: the key in {KEY_ENV}, else '
+                           f'OUT/{KEY_FILE} (created if missing; copy it to remote workers: calf worker --key)')
+    dist.add_argument('--max-workers', type=count(1, MAX_WORKERS), default=DEFAULT_MAX_WORKERS,
+                      help=f'workers the learner admits at most, local and remote (default {DEFAULT_MAX_WORKERS})')
     dist.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID of the processes (default: inherited)')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
@@ -82,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError('--algo sac trains in one process: drop --workers and --planner model, or use --algo ppo')
     if args.workers is not None:
         return _train_distributed(args, network)
-    if args.learner_network or args.resume or args.sync != 'every':
-        raise ConfigError('--sync, --learner-network and --resume need --workers N')
+    if args.learner_network or args.resume or args.sync != 'every' or args.key:
+        raise ConfigError('--sync, --learner-network, --resume and --key need --workers N')
     if args.planner == 'model':
         return _train_model_planner(args, network)
     rep = None
@@ -124,14 +132,19 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
         raise ConfigError('--workers trains single-action MLP policies (CartPole) without --obs-age: '
                           'drop --plan-horizon/--planner/--obs-age, or train without --workers')
     parse_sync(args.sync, args.lag_cap)
+    if args.max_workers < args.workers:
+        raise ConfigError(f'--max-workers {args.max_workers} admits fewer than the {args.workers} local --workers')
+    if args.resume and not (args.out / 'meta.json').is_file():
+        raise ConfigError(f'--resume: {args.out} holds no checkpoint (meta.json): train without --resume first')
+    key_file = _key_file(args)
     params = {'out': str(args.out.resolve()), 'env': args.env, 'network': network, 'regime': args.regime,
               'frames': args.frames or 0, 'action_history': -1 if args.action_history is None else args.action_history,
               'delay_state': -1 if args.delay_state is None else int(args.delay_state),
               'steps': args.steps or cartpole_defaults().total_steps, 'seed': args.seed, 'sync': args.sync,
               'lag_cap': args.lag_cap, 'eval_every': args.eval_every, 'stop_return': float(args.stop_return),
-              'resume': args.resume}
+              'resume': args.resume, 'max_workers': args.max_workers}
     specs = training_graph(params, args.workers, args.envs or cartpole_defaults().num_envs, args.seed,
-                           args.learner_network, args.out)
+                           args.learner_network, args.out, key_file)
     code = run_training(specs, args.domain_id)
     summary = args.out / SUMMARY
     if code == 0 and summary.is_file():
@@ -140,3 +153,14 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
                           'wall_time_s': done['wall_time_s'], 'weights_bytes': done['weights_sent']['bytes'],
                           'evals': done['evals'][-1:]}))
     return code
+
+
+def _key_file(args: argparse.Namespace) -> str:
+    """The key file the nodes read: --key, none (they read CALF_DIST_KEY), or OUT/dist.key, created if missing."""
+    if args.key:
+        read_key_file(Path(args.key))
+        return str(Path(args.key).resolve())
+    if os.environ.get(KEY_ENV):
+        parse_key(os.environ[KEY_ENV], KEY_ENV)
+        return ''
+    return str(create_key(args.out.resolve() / KEY_FILE))

@@ -5,6 +5,9 @@ host (``calf worker``).
 With ``learner_network``, workers publish batches on ``/calf/dist/net/batches`` and the learner publishes
 weights on ``/calf/dist/net/weights/<id>``; the shim relays them, as uplink and downlink of the profile,
 to the topics the other side listens on. The relay config is written into the run's directory.
+
+Every node is given the shared key's file (``key_file``), never the key itself: ROS parameters can be
+read by any process on the domain. An empty ``key_file`` makes the nodes read ``CALF_DIST_KEY``.
 """
 from __future__ import annotations
 
@@ -46,15 +49,19 @@ def relay_config(profile: str, ids: list[str]) -> list[dict[str, Any]]:
 
 
 def training_graph(learner_params: dict[str, Any], workers: int, envs: int, seed: int,
-                   learner_network: str | None, out_dir: Path) -> list[NodeSpec]:
-    """The learner, ``workers`` workers (ids w0, w1, ...) and, with ``learner_network``, the shim."""
+                   learner_network: str | None, out_dir: Path, key_file: str = '') -> list[NodeSpec]:
+    """The learner, ``workers`` workers (ids w0, w1, ...) and, with ``learner_network``, the shim.
+
+    The workers run the learner's ``env`` and may follow its ``network``; all read the key in ``key_file``.
+    """
     if workers < 1:
         raise ConfigError(f'--workers must be >= 1, got {workers}')
     if envs < 1:
         raise ConfigError(f'--envs must be >= 1, got {envs}')
     ids = worker_ids(workers)
-    learner = dict(learner_params)
-    worker_topics: dict[str, Any] = {}
+    learner = {**learner_params, 'key_file': key_file}
+    worker_topics: dict[str, Any] = {'key_file': key_file, 'env': learner_params.get('env', 'cartpole'),
+                                     'network': learner_params.get('network', '')}
     nodes = []
     if learner_network:
         load_profile(learner_network)  # a bad name fails here, on one line
@@ -63,7 +70,7 @@ def training_graph(learner_params: dict[str, Any], workers: int, envs: int, seed
         profile_ref = learner_network if not Path(learner_network).suffix else str(Path(learner_network).resolve())
         path.write_text(yaml.safe_dump(relay_config(profile_ref, ids), sort_keys=False))
         learner['weights_prefix'] = NET_WEIGHTS_PREFIX
-        worker_topics = {'batch_topic': NET_BATCH_TOPIC}
+        worker_topics['batch_topic'] = NET_BATCH_TOPIC
         nodes.append(NodeSpec('calf_shim', 'generic_shim_node', 'learner_shim', NAMESPACE,
                               {'config': str(path), 'seed': seed}, [], 'desktop', {}))
     nodes.append(NodeSpec('calf_agent', 'learner_node', 'learner', NAMESPACE, learner, [], 'desktop', {}))
@@ -92,10 +99,12 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def worker_graph(learner: str, discovery: str | None, worker_id: str, envs: int, seed: int) -> list[NodeSpec]:
-    """One worker joining the learner at ``learner`` (an IPv4 address, or ``localhost``).
+def worker_graph(learner: str, discovery: str | None, worker_id: str, envs: int, seed: int, env: str = 'cartpole',
+                 network: str = '', key_file: str = '') -> list[NodeSpec]:
+    """One worker of ``env`` joining the learner at ``learner`` (an IPv4 address, or ``localhost``).
 
     Discovery is ``discovery`` if given (edge_sim's options), else static peers to the learner's address.
+    The worker reads the key in ``key_file`` (empty: ``CALF_DIST_KEY``).
     """
     if not learner:
         raise ConfigError('--learner must name the learner\'s host: an IPv4 address or localhost')
@@ -103,7 +112,9 @@ def worker_graph(learner: str, discovery: str | None, worker_id: str, envs: int,
         raise ConfigError(f'--id must be a name token (letters, digits, _; 64 at most), got {worker_id!r}')
     if discovery is None:
         discovery = 'localhost' if learner == 'localhost' else f'peers:{learner}'
-    params: dict[str, Any] = {'envs': envs, 'seed': seed}
+    if envs < 1:
+        raise ConfigError(f'--envs must be >= 1, got {envs}')
+    params: dict[str, Any] = {'envs': envs, 'seed': seed, 'env': env, 'network': network, 'key_file': key_file}
     if worker_id:
         params['worker_id'] = worker_id
     return [NodeSpec('calf_agent', 'worker_node', f'worker_{worker_id or "remote"}', NAMESPACE, params, [], 'edge',

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from calf_agent.dist_key import KEY_ENV, create_key, load_key, read_key_file
 from calf_bringup import cli
 from calf_bringup.distributed import (
     NET_BATCH_TOPIC,
@@ -17,11 +18,15 @@ from calf_shim.topic_relay_config import load_relay_config
 
 
 def test_learner_and_workers_with_distinct_ids_and_seeds(tmp_path):
-    specs = training_graph({'out': str(tmp_path)}, workers=3, envs=4, seed=2, learner_network=None, out_dir=tmp_path)
+    specs = training_graph({'out': str(tmp_path), 'env': 'cartpole', 'network': 'sim_clean'}, workers=3, envs=4,
+                           seed=2, learner_network=None, out_dir=tmp_path, key_file='/keys/k')
     assert [s.executable for s in specs] == ['learner_node'] + ['worker_node'] * 3
     workers = [s.parameters for s in specs[1:]]
     assert [w['worker_id'] for w in workers] == ['w0', 'w1', 'w2']
     assert len({w['seed'] for w in workers}) == 3 and {w['envs'] for w in workers} == {4}
+    assert {(w['env'], w['network'], w['key_file']) for w in workers} == {('cartpole', 'sim_clean', '/keys/k')}
+    assert specs[0].parameters['key_file'] == '/keys/k'
+    assert not any('key' in name and name != 'key_file' for s in specs for name in s.parameters)
 
 
 def test_learner_network_routes_every_topic_through_the_shim(tmp_path):
@@ -47,8 +52,9 @@ def test_no_workers_is_refused(tmp_path):
 
 def test_a_remote_worker_finds_the_learner_by_static_peers(tmp_path, monkeypatch):
     monkeypatch.setenv('XDG_RUNTIME_DIR', str(tmp_path))  # where the static-peers profile is written
-    (spec,) = worker_graph('192.168.1.10', None, 'pi_1', 8, 3)
-    assert spec.parameters == {'envs': 8, 'seed': 3, 'worker_id': 'pi_1'}
+    (spec,) = worker_graph('192.168.1.10', None, 'pi_1', 8, 3, key_file='/k')
+    assert spec.parameters == {'envs': 8, 'seed': 3, 'worker_id': 'pi_1', 'env': 'cartpole', 'network': '',
+                               'key_file': '/k'}
     assert spec.additional_env['ROS_AUTOMATIC_DISCOVERY_RANGE'] == 'SYSTEM_DEFAULT'
     assert worker_graph('localhost', None, '', 8, 3)[0].additional_env == {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
 
@@ -59,10 +65,39 @@ def test_a_remote_worker_finds_the_learner_by_static_peers(tmp_path, monkeypatch
     (['train', '--workers', '2', '--plan-horizon', '4', '--out', 'x'], 'single-action'),
     (['train', '--workers', '2', '--learner-network', 'no_such_profile', '--out', 'x'], 'no_such_profile'),
     (['worker', '--learner', 'localhost', '--id', 'bad id'], '--id must be a name token'),
-    (['worker', '--learner', 'not-an-ip'], 'not an IPv4 address'),
+    (['worker', '--learner', 'not-an-ip', '--key', 'k.key'], 'not an IPv4 address'),
+    (['worker', '--learner', 'localhost', '--envs', '0'], '--envs: must be in [1,'),
+    (['worker', '--learner', 'localhost', '--key', 'missing.key'], 'missing.key does not exist'),
+    (['worker', '--learner', 'localhost', '--key', 'loose.key'], 'chmod 600'),
+    (['worker', '--learner', 'localhost', '--key', 'short.key'], 'not a key of at least 64 hex digits'),
+    (['worker', '--learner', 'localhost', '--env', 'no_such_env'], 'unknown env'),
+    (['train', '--workers', '1', '--resume', '--out', 'x'], 'holds no checkpoint'),
+    (['train', '--workers', '4', '--max-workers', '2', '--out', 'x'], 'admits fewer'),
+    (['train', '--key', 'k.key', '--out', 'x'], 'need --workers'),
 ])
 def test_bad_distributed_arguments_exit_2_with_one_line(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert cli.main(argv) == 2
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    create_key(tmp_path / 'k.key')
+    for name, text, mode in (('loose.key', 'ab' * 32, 0o644), ('short.key', 'abcd', 0o600)):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(mode)
+    try:
+        code = cli.main(argv)
+    except SystemExit as done:  # argparse's own errors (a bounded argument) exit from the parser
+        code = done.code
+    assert code == 2
     err = capsys.readouterr().err
     assert message in err and err.count('\n') == 1
+
+
+def test_the_key_file_is_created_once_owner_only_and_read_back(tmp_path, monkeypatch):
+    path = create_key(tmp_path / 'dist.key')
+    assert path.stat().st_mode & 0o777 == 0o600
+    key = read_key_file(path)
+    assert len(key) == 32 and create_key(path) == path and read_key_file(path) == key  # kept, not replaced
+    monkeypatch.setenv(KEY_ENV, key.hex())
+    assert load_key('') == key
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(ConfigError, match='no distributed-training key'):
+        load_key('')
