@@ -40,7 +40,7 @@ import numpy as np
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import BoxBounds, ObservationGate, ObsRecord, Stepper, applied_facts
+from calf_core.timing import BoxBounds, ObservationGate, ObsRecord, Stepper, applied_facts, keep_newest
 
 MESSAGE_OVERHEAD_BYTES = 64
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
@@ -210,7 +210,8 @@ class NetworkedEnv(gym.Env):
     def _advance(self, emitted: ObsRecord | None = None) -> ObsRecord:
         """Send ``emitted`` (if given), then run virtual time until the agent must decide or the episode ends.
 
-        Events due before the next tick are handled first, in (time, rank, order) order.
+        Events due before the next tick are handled first, in (time, rank, order) order; of the observations
+        that reach the agent at one instant, it keeps the newest (``keep_newest``).
         """
         queue, stepper, dt_ns, gate, policy = self._queue, self.stepper, self._dt_ns, self._gate, self._policy
         heap = queue.heap
@@ -229,7 +230,12 @@ class NetworkedEnv(gym.Env):
                 if rank == ACTION:
                     stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9, payload.checked)
                     continue
-                record = policy.waiting if rank == FREE else payload
+                if rank == FREE:
+                    record = policy.waiting
+                elif heap and heap[0][0] == time_ns and heap[0][1] == OBS:  # more arrive at this instant
+                    record = self._newest_arriving(payload, time_ns)
+                else:
+                    record = payload
                 if record is None or record.seq <= gate.last_seq:
                     continue
                 if not policy.offer(time_ns, record):  # still computing: the newest arrival waits
@@ -248,6 +254,14 @@ class NetworkedEnv(gym.Env):
             if emitted.terminated or emitted.truncated:
                 self._ended = emitted
                 return emitted
+
+    def _newest_arriving(self, first: ObsRecord, time_ns: int) -> ObsRecord:
+        """Of ``first`` and the other observations reaching the agent at ``time_ns`` (taken off the queue), the
+        one it keeps (``keep_newest``)."""
+        heap, arriving = self._queue.heap, [first]
+        while heap and heap[0][0] == time_ns and heap[0][1] == OBS:
+            arriving.append(heappop(heap)[3])
+        return arriving[keep_newest([record.seq for record in arriving])]
 
     def _send_action(self, record: ObsRecord, plan: list[Any], checked: bool) -> None:
         self._decision_of[record.seq] = len(self._decision_of)

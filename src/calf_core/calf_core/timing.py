@@ -17,7 +17,9 @@ so that a policy meets the same timing in training as over DDS (README, "Timing 
 - A plan answering an older observation than the newest one applied is discarded.
 - The end-to-end latency of step s is the arrival time of its action minus the stamp of
   observation s, both read on the env side.
-- The policy acts only on observations newer than the last one it acted on.
+- The policy acts only on observations newer than the last one it acted on. Of several that reach it
+  at one instant (a stall releasing them, a FIFO pile-up) it keeps the newest and never sees the
+  others (:func:`keep_newest`), as a policy node's depth-1 subscription does.
 
 Times are float seconds on one clock; no clock synchronisation across hosts is needed.
 """
@@ -37,7 +39,7 @@ from calf_core.errors import ConfigError
 from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
 __all__ = ['AppliedAction', 'BoxBounds', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate',
-           'PlanExecutor', 'Stepper', 'TaskActions', 'Verdict', 'task_actions']
+           'PlanExecutor', 'Stepper', 'TaskActions', 'Verdict', 'keep_newest', 'task_actions']
 
 
 class Verdict(enum.Enum):
@@ -364,6 +366,17 @@ def _checked_plan(plan: Sequence[Any], n_actions: int) -> tuple[int, ...] | None
         if not (isinstance(action, (int, np.integer)) and 0 <= action < n_actions):
             return None
     return tuple(map(int, plan)) if len(plan) > 0 else None
+
+
+def keep_newest(seqs: Sequence[int] | np.ndarray) -> Any:
+    """Keep-newest: of the observations that reach a policy at one instant, the position of the one it acts
+    on, the newest; the policy never sees the others. ``seqs`` holds their seqs along the last axis, one row
+    per policy (-1 marks an empty slot); the result is an index, or one per row.
+
+    A stall releasing held messages, or a FIFO link delivering a pile-up, hands a policy several
+    observations at once. A policy node's depth-1 subscription keeps only the last one delivered, which a
+    FIFO link makes the newest; ``NetworkedEnv`` and the vector env apply this rule to match it."""
+    return np.argmax(seqs, axis=-1)
 
 
 MAX_EPISODE_JUMP = 100

@@ -5,7 +5,8 @@ its termination and its 500-tick truncation) behind per-env simulated links, in 
 under the timing rules of :mod:`calf_core.timing` exactly as :class:`~calf_core.networked_env.NetworkedEnv`
 applies them: one decision per observation delivered, the reward summed over the ticks since the
 previous decision, plans executed by tick index with a zero-order hold (or the start plan before the
-first one), stale observations skipped and stale plans discarded, and the end-to-end latency read on
+first one), stale observations skipped, the newest of those arriving at one instant kept
+(:func:`calf_core.timing.keep_newest`), stale plans discarded, and the end-to-end latency read on
 the env side. Each env handles its events one at a time in NetworkedEnv's order (time, then action
 arrival < tick < observation delivery < policy free); all envs do so at once, in arrays, and a step
 ends when every env has reached its next decision. Episodes reset in the same step (gymnasium's
@@ -40,10 +41,11 @@ from calf_core.errors import ConfigError
 from calf_core.link import IndependentStage
 from calf_core.models import MODELS, GilbertElliottLoss, TraceMode, TraceReplay, build_stage
 from calf_core.profiles import Profile
+from calf_core.timing import keep_newest
 
 _SUPPORTED = (IndependentStage, GilbertElliottLoss, TraceReplay)
 _EMPTY = np.iinfo(np.int64).max  # a free message slot
-_SEQ_BITS = 16  # a slot's key is arrival_ns << _SEQ_BITS | seq: the earliest first, ties by sequence number
+_SEQ_BITS = 16  # a slot's key is arrival_ns << _SEQ_BITS | seq: the earliest first
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
 _NEVER = _EMPTY >> _SEQ_BITS  # later than any event (about 39 hours of virtual time)
 _LATEST_NS = 2.0**62  # arrival times (link clock) are capped here before they become int64
@@ -289,8 +291,7 @@ class VectorNetworkedCartPole(VectorEnv):
         """Handle each active env's events, one per env per pass, until it must decide."""
         rows = self._rows
         while active.any():
-            obs_slot = self._obs_key.argmin(axis=1)
-            obs_t = self._obs_key[rows, obs_slot] >> _SEQ_BITS
+            obs_t = self._obs_key.min(axis=1) >> _SEQ_BITS
             act_slot = self._act_key.argmin(axis=1)
             act_t = self._act_key[rows, act_slot] >> _SEQ_BITS
             tick_t = (self._tick + 1) * self._dt_ns
@@ -306,7 +307,7 @@ class VectorNetworkedCartPole(VectorEnv):
                 self._on_actions(idx, act_slot[idx], act_t[idx])
             if is_obs.any():
                 idx = np.flatnonzero(is_obs)
-                self._on_observations(idx, obs_slot[idx], active)
+                self._on_observations(idx, obs_t[idx], active)
             if is_free.any():
                 idx = np.flatnonzero(is_free)
                 self._decide(idx, self._waiting_seq[idx], self._busy_until[idx], self._waiting_obs[idx],
@@ -361,12 +362,16 @@ class VectorNetworkedCartPole(VectorEnv):
         going = ~ended
         self._send_observations(idx[going], tick[going], obs[going], applied[going])
 
-    def _on_observations(self, idx: np.ndarray, slot: np.ndarray, active: np.ndarray) -> None:
-        """Observations reach the policy: decide now, or keep the newest arrival while busy."""
-        key = self._obs_key[idx, slot]
+    def _on_observations(self, idx: np.ndarray, arrive_ns: np.ndarray, active: np.ndarray) -> None:
+        """Observations reach the policy of envs ``idx`` at ``arrive_ns``, the newest of each instant kept
+        (``keep_newest``): decide now, or keep the newest arrival while busy."""
+        keys = self._obs_key[idx]
+        arriving = (keys >> _SEQ_BITS) == arrive_ns[:, None]
+        slot = keep_newest(np.where(arriving, keys & _SEQ_MASK, -1))
+        seq = keys[np.arange(len(idx)), slot] & _SEQ_MASK
         obs, applied = self._obs_data[idx, slot], self._obs_applied[idx, slot]
-        self._obs_key[idx, slot] = _EMPTY
-        arrive_ns, seq = key >> _SEQ_BITS, key & _SEQ_MASK
+        rows, cols = np.nonzero(arriving)
+        self._obs_key[idx[rows], cols] = _EMPTY
         newer = seq > self._gate[idx]
         busy = arrive_ns < self._busy_until[idx]
         wait = newer & busy

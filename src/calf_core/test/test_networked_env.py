@@ -8,7 +8,7 @@ from test_timing import TickCounterEnv, task
 
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.link import Link
-from calf_core.models import BernoulliLoss, FixedDelay
+from calf_core.models import BernoulliLoss, FixedDelay, TraceReplay
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile, load_profile, profile_from_dict
 
@@ -57,6 +57,21 @@ def test_reward_is_summed_over_the_ticks_between_decisions() -> None:
         ticks += info['ticks']
         assert reward == info['ticks']
     assert (total, ticks) == (30.0, 30)
+
+
+PILE_UP_MS = [0.0, 60.0, 0.0, 0.0, 0.0, 0.0]
+"""Uplink delays per observation (looped): a FIFO link delivers observations 1-4, then 7-10, together."""
+
+
+def test_of_observations_arriving_at_one_instant_the_agent_keeps_the_newest() -> None:
+    """Observation 1 is held 60 ms and a FIFO link holds 2-4 behind it: all four reach the agent at 80 ms.
+    It decides once, on 4 (as a policy node's depth-1 subscription keeps the newest), never on 1-3."""
+    uplink = Link([TraceReplay(PILE_UP_MS)], np.random.default_rng(0), reorder=False)
+    env = NetworkedEnv(TickCounterEnv(length=40), task(), uplink, fixed_link(0))
+    infos = run_seq_policy(env, 5)
+    assert [i['obs_seq'] for i in infos] == [0, 4, 5, 6, 10, 11]
+    assert [i['ticks'] for i in infos[1:]] == [4, 1, 1, 4, 1]
+    assert [i['obs_age_ms'] for i in infos[1:]] == pytest.approx([0.0] * 5, abs=1e-6)
 
 
 def test_e2e_latency_is_uplink_plus_compute_plus_downlink() -> None:
@@ -207,7 +222,8 @@ def stall_profile(period_ms: float = 700.0) -> Profile:
 
 
 def first_stall_ticks(env: NetworkedEnv, episodes: int, seeded: bool) -> list[int]:
-    """Per episode, the tick of the first observation a stall held (its age above 50 ms)."""
+    """Per episode, the tick of the first decision after a stall: a step of more than 3 ticks (one without
+    a stall), while the stall held the observations in between."""
     out = []
     for episode in range(episodes):
         obs, info = env.reset(seed=episode if seeded else None)
@@ -215,7 +231,7 @@ def first_stall_ticks(env: NetworkedEnv, episodes: int, seeded: bool) -> list[in
         while not done:
             obs, _, terminated, truncated, info = env.step(int(obs[2] + 0.5 * obs[3] > 0))
             done = terminated or truncated
-            if first is None and not done and info['obs_age_ms'] > 50.0:
+            if first is None and not done and info['ticks'] > 3:
                 first = info['obs_seq']
         out.append(first)
     return out

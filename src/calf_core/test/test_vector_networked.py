@@ -16,6 +16,15 @@ TRACE_DOWN = {'model': 'trace_replay', 'delays_ms': [15.0, 2.0, 33.0, 8.0, 61.0]
               'lost': [False, True, False, False, False]}
 
 
+PILE_UP = {'model': 'trace_replay', 'delays_ms': [0.0, 60.0, 0.0, 0.0, 0.0, 0.0]}
+"""FIFO behind it, observations 1-4 (and 7-10, ...) reach the policy at one instant."""
+
+
+def pile_up(compute_ms: float) -> Profile:
+    return profile_from_dict({'compute_ms': compute_ms, 'reorder': False, 'uplink': [PILE_UP],
+                              'downlink': [{'model': 'fixed_delay', 'latency_ms': 5.0}]}, 'pile_up')
+
+
 def fixed(up_ms: float, down_ms: float, compute_ms: float) -> Profile:
     return profile_from_dict({'compute_ms': compute_ms, 'reorder': False,
                               'uplink': [{'model': 'fixed_delay', 'latency_ms': up_ms}] if up_ms else [],
@@ -57,8 +66,10 @@ def vector_info(info: dict, i: int) -> tuple:
     (fixed(45, 10, 12.0), 3, ()),
     (traced(reorder=True), 1, ()),
     (traced(reorder=False), 2, ()),
+    (pile_up(0.0), 1, ()),
+    (pile_up(30.0), 2, ()),  # piles up while the policy is busy too
 ], ids=['ideal', 'late-first-observation', 'delay-only', 'start-plan', 'plans-of-3', 'trace-reordering',
-        'trace-fifo-plans-of-2'])
+        'trace-fifo-plans-of-2', 'fifo-pile-up', 'fifo-pile-up-busy'])
 def test_same_ticks_rewards_and_decisions_as_networked_env(profile: Profile, horizon: int,
                                                            start_plan: tuple[int, ...]) -> None:
     n, steps = 3, 600
@@ -93,6 +104,16 @@ def test_same_ticks_rewards_and_decisions_as_networked_env(profile: Profile, hor
     assert endings['terminated'] > 0
     if not profile.uplink:
         assert endings['truncated'] > 0
+
+
+def test_of_observations_arriving_at_one_instant_the_policy_keeps_the_newest() -> None:
+    """Observations 1-4 reach the policy together at 80 ms: it decides on 4, as NetworkedEnv does."""
+    env = VectorNetworkedCartPole(2, pile_up(0.0))
+    _, info = env.reset(seed=0)
+    seqs = [info['obs_seq'].tolist()]
+    for step in range(4):
+        seqs.append(env.step(np.full(2, step % 2))[4]['obs_seq'].tolist())
+    assert seqs == [[0, 0], [4, 4], [5, 5], [6, 6], [10, 10]]
 
 
 def run_scalar(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, int]:
