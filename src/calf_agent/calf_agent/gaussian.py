@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from calf_agent.normalize import RunningNorm
 from calf_agent.policies import as_batch, layer_init, mlp
+from calf_agent.sac import SacActor
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -108,5 +109,6 @@ class GaussianAgent(nn.Module):
 
 
 def acts_continuously(agent: nn.Module) -> bool:
-    """Whether ``agent`` sends Box actions: a Gaussian policy, or a model planner over one."""
-    return isinstance(agent, GaussianAgent) or isinstance(getattr(agent, 'base', None), GaussianAgent)
+    """Whether ``agent`` sends Box actions: a Gaussian or SAC policy, or a model planner over one."""
+    kinds = (GaussianAgent, SacActor)
+    return isinstance(agent, kinds) or isinstance(getattr(agent, 'base', None), kinds)

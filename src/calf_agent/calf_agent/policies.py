@@ -210,6 +210,9 @@ def make_agent(spec: dict[str, Any]) -> Agent:
     if kind == 'gaussian':
         from calf_agent.gaussian import GaussianAgent
         return GaussianAgent(**{**args, 'hidden': tuple(args['hidden'])})
+    if kind == 'sac':
+        from calf_agent.sac import SacActor
+        return SacActor(**{**args, 'hidden': tuple(args['hidden'])})
     if kind not in AGENT_KINDS:
         raise ValueError(f'unknown agent kind {kind!r}: choose one of {", ".join(AGENT_KINDS)}')
     args['hidden'] = tuple(args['hidden'])

@@ -1,4 +1,4 @@
-"""Training regimes (paper, Table 2) and the networked, represented envs PPO trains on."""
+"""Training regimes (paper, Table 2) and the networked, represented envs PPO and SAC train on."""
 from __future__ import annotations
 
 import math
@@ -16,11 +16,13 @@ from calf_agent.trainer import (
     cartpole_defaults,
     continuous_defaults,
     minigrid_defaults,
+    sac_defaults,
     train,
 )
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e
+from calf_core.task_spec import ALGOS
 from calf_core.vector_networked import VectorNetworkedCartPole
 
 REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'delay_only', 'full': 'full_net_aware'}
@@ -51,10 +53,25 @@ def is_continuous(env: str) -> bool:
     return isinstance(make_env(env).action_space, gym.spaces.Box)
 
 
-def train_defaults(env: str) -> TrainConfig:
-    """The PPO settings ``env`` trains with by default: continuous, CartPole's or MiniGrid's, with the task
-    spec's ``agent`` and ``ppo`` settings over them."""
-    if is_continuous(env):
+def train_algo(env: str, algo: str | None = None) -> str:
+    """The algorithm ``env`` trains with: ``algo``, else its spec's ``algo``, else ppo. SAC needs single Box
+    actions: anything else is a one-line ConfigError."""
+    chosen = algo or env_spec(env).algo or 'ppo'
+    if chosen not in ALGOS:
+        raise ConfigError(f'unknown algo {chosen!r}: choose one of {", ".join(ALGOS)}')
+    space = make_env(env).action_space if chosen == 'sac' else None
+    if space is not None and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        raise ConfigError(f'SAC trains continuous actions (a Box of shape (A,)), and {env}\'s actions are {space}: '
+                          f'train it with --algo ppo')
+    return chosen
+
+
+def train_defaults(env: str, algo: str | None = None) -> TrainConfig:
+    """The settings ``env`` trains with by default under ``algo`` (see ``train_algo``): SAC's, or PPO's for
+    continuous actions, CartPole or MiniGrid, with the task spec's ``agent`` and ``ppo`` settings over them."""
+    if train_algo(env, algo) == 'sac':
+        base = sac_defaults()
+    elif is_continuous(env):
         base = continuous_defaults()
     else:
         base = cartpole_defaults() if env_spec(env).name == 'cartpole' else minigrid_defaults()
@@ -126,10 +143,11 @@ def fast_path_supported(env: str, profile: Profile) -> bool:
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
                  regime: str | None = None, rep: Representation | None = None, plan_horizon: int = 1,
                  progress: bool = True, mask_unexecuted: bool = True, plan_head: str = 'independent',
-                 num_envs: int | None = None) -> TrainResult:
-    """Train PPO on ``env`` behind ``network`` and write the checkpoint into ``out_dir``.
+                 num_envs: int | None = None, algo: str | None = None) -> TrainResult:
+    """Train ``env`` behind ``network`` with ``algo`` (default: the spec's, else PPO) into ``out_dir``.
 
-    Continuous-action envs train a Gaussian policy with ``continuous_defaults()``.
+    Continuous-action envs train a Gaussian policy with ``continuous_defaults()`` under PPO, a SAC actor with
+    ``sac_defaults()`` under SAC; either way with the representation ``rep`` (default: the regime's).
     ``num_envs`` (default: the env's PPO default, 8 for CartPole) envs collect each rollout; from
     ``FAST_PATH_MIN_ENVS`` on, CartPole runs on the fast path when the profile allows it.
 
@@ -142,8 +160,10 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     if num_envs is not None and num_envs < 1:
         raise ConfigError(f'--envs must be >= 1, got {num_envs}')
     profile = load_profile(network)
+    base = train_defaults(env, algo)
+    if base.algo == 'sac' and plan_horizon > 1:
+        raise ConfigError('SAC trains single actions: drop --plan-horizon, or train plans with --algo ppo')
     rep = rep or default_representation(env, profile)
-    base = train_defaults(env)
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name,
             'representation': rep.as_dict(), 'plan_horizon': plan_horizon}
     try:

@@ -1,4 +1,4 @@
-"""The training settings a task's spec asks for (``agent``, ``ppo``), over the trainer's defaults."""
+"""The training settings a task's spec asks for (``agent``, ``ppo``), over the trainer's defaults for its ``algo``."""
 from __future__ import annotations
 
 from dataclasses import fields, replace
@@ -12,10 +12,16 @@ PPO_SETTINGS = tuple(f.name for f in fields(PPOConfig))
 
 
 def for_task(spec: TaskSpec, base: TrainConfig) -> TrainConfig:
-    """``base`` with ``spec``'s policy kind and PPO settings; one-line ConfigError for an unknown setting."""
+    """``base`` with ``spec``'s policy kind and PPO settings (a SAC ``base`` keeps its own); one-line ConfigError
+    for an unknown setting."""
     unknown = [name for name, _ in spec.ppo if name not in PPO_SETTINGS]
     if unknown:
         raise ConfigError(f'task {spec.name}: unknown ppo setting {unknown[0]!r}: use {", ".join(PPO_SETTINGS)}')
+    if base.algo == 'sac':
+        if spec.agent not in (None, 'mlp'):
+            raise ConfigError(f'task {spec.name}: SAC trains an mlp policy, and the spec asks for agent '
+                              f'{spec.agent}: train it with --algo ppo')
+        return base
     try:
         return replace(base, agent=spec.agent or base.agent, ppo=replace(base.ppo, **dict(spec.ppo)))
     except ValueError as err:

@@ -43,11 +43,11 @@ from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.sac import SacConfig
 from calf_agent.seeding import seed_everything
 from calf_core import atomic
+from calf_core.task_spec import ALGOS
 
 CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'policy_loss',
               'value_loss', 'entropy', 'approx_kl', 'clipfrac', 'explained_variance',
               'learning_rate', 'sps', 'time_s')
-ALGOS = ('ppo', 'sac')
 
 
 @dataclass(frozen=True)

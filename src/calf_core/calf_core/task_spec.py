@@ -15,6 +15,7 @@ A spec is read from YAML (the built-in tasks are ``calf_core/tasks/*.yaml``; a u
     imports: [minigrid]       # modules imported first, to register the env's id
     agent: lstm               # the policy it trains by default: lstm (one frame, memory) | mlp (frame stack)
     ppo: {ent_coef: 0.1}      # PPO settings that differ from the defaults for its action space
+    algo: sac                 # the algorithm it trains with by default: ppo | sac (Box actions)
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class SuccessRule(enum.Enum):
 
 AGENTS = ('mlp', 'lstm')
 """The policies a spec's ``agent`` may name (``calf_agent.policies``: MlpAgent, LstmAgent)."""
+ALGOS = ('ppo', 'sac')
+"""The training algorithms (``calf train --algo``, a spec's ``algo``): PPO, or SAC for Box actions."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class TaskSpec:
     imports: tuple[str, ...] = ()
     agent: str | None = None  # None: the trainer's default for the action space
     ppo: tuple[tuple[str, float], ...] = ()  # (PPOConfig field, number) pairs over the trainer's defaults
+    algo: str | None = None  # None: ppo, unless ``calf train --algo`` says otherwise
 
     def __post_init__(self) -> None:
         if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool) and self.dt > 0):
@@ -73,6 +77,8 @@ class TaskSpec:
             raise ConfigError(f'task {self.name}: hold noop needs a noop_action')
         if self.agent is not None and self.agent not in AGENTS:
             raise ConfigError(f'task {self.name}: agent must be one of {", ".join(AGENTS)}, got {self.agent!r}')
+        if self.algo is not None and self.algo not in ALGOS:
+            raise ConfigError(f'task {self.name}: algo must be one of {", ".join(ALGOS)}, got {self.algo!r}')
 
 
 _KEYS = {f.name for f in fields(TaskSpec)}
