@@ -16,10 +16,10 @@ import torch
 
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import make_agent
-from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON
+from calf_core.errors import shown
+from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES, MAX_PLAN_HORIZON
 
 MAX_OBS_DIM = MAX_OBS_VALUES
-MAX_ACTIONS = 4096
 MAX_LAYERS = 16
 MAX_WIDTH = 16384
 MAX_FRAMES = 256
@@ -69,25 +69,25 @@ class _Bad(CheckpointError):
 def _int(value: Any, name: str, low: int = -MAX_INT, high: int = MAX_INT) -> int:
     """``value`` as an int in [low, high], or _Bad naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad(f'{name} must be an integer, got {_short(value)}')
+        raise _Bad(f'{name} must be an integer, got {shown(value)}')
     if not low <= value <= high:
-        raise _Bad(f'{name} must be in [{low}, {high}], got {_short(value)}')
+        raise _Bad(f'{name} must be in [{low}, {high}], got {shown(value)}')
     return value
 
 
 def _str(value: Any, name: str) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= 256:
-        raise _Bad(f'{name} must be a non-empty string of at most 256 characters, got {_short(value)}')
+        raise _Bad(f'{name} must be a non-empty string of at most 256 characters, got {shown(value)}')
 
 
 def _representation(value: Any, name: str) -> None:
     if not isinstance(value, dict):
-        raise _Bad(f'{name} must be an object like {{"frames": 1, "actions": 0}}, got {_short(value)}')
+        raise _Bad(f'{name} must be an object like {{"frames": 1, "actions": 0}}, got {shown(value)}')
     _int(value.get('frames', 1), f'{name}.frames', 1, MAX_FRAMES)
     _int(value.get('actions', 0), f'{name}.actions', 0, MAX_ACTION_HISTORY)
     for flag in ('obs_age', 'delay_state'):
         if not isinstance(value.get(flag, False), bool):
-            raise _Bad(f'{name}.{flag} must be true or false, got {_short(value[flag])}')
+            raise _Bad(f'{name}.{flag} must be true or false, got {shown(value[flag])}')
     extra = sorted(set(value) - {'frames', 'actions', 'obs_age', 'delay_state'})
     if extra:
         raise _Bad(f'{name} has unknown fields {extra}')
@@ -95,7 +95,7 @@ def _representation(value: Any, name: str) -> None:
 
 def _plan(value: Any, name: str) -> None:
     if not isinstance(value, list) or len(value) > MAX_PLAN_HORIZON:
-        raise _Bad(f'{name} must be a list of at most {MAX_PLAN_HORIZON} actions, got {_short(value)}')
+        raise _Bad(f'{name} must be a list of at most {MAX_PLAN_HORIZON} actions, got {shown(value)}')
     for i, action in enumerate(value):
         _action(action, f'{name}[{i}]')
 
@@ -105,14 +105,14 @@ def _action(value: Any, name: str) -> None:
     if isinstance(value, list):
         if not 1 <= len(value) <= MAX_ACTIONS or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
-            raise _Bad(f'{name} must be a list of 1 to {MAX_ACTIONS} finite numbers, got {_short(value)}')
+            raise _Bad(f'{name} must be a list of 1 to {MAX_ACTIONS} finite numbers, got {shown(value)}')
         return
     _int(value, name, 0, MAX_ACTIONS - 1)
 
 
 def _hidden(value: Any, name: str) -> None:
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_LAYERS:
-        raise _Bad(f'{name} must be a list of 1 to {MAX_LAYERS} layer widths, got {_short(value)}')
+        raise _Bad(f'{name} must be a list of 1 to {MAX_LAYERS} layer widths, got {shown(value)}')
     for i, width in enumerate(value):
         _int(width, f'{name}[{i}]', 1, MAX_WIDTH)
 
@@ -120,7 +120,7 @@ def _hidden(value: Any, name: str) -> None:
 def _check_spec(spec: Any, name: str) -> None:
     """An agent spec: a ``kind``, bounded sizes, and nested specs (a planner's base and model)."""
     if not isinstance(spec, dict):
-        raise _Bad(f'{name} must be an object (the agent spec), got {_short(spec)}')
+        raise _Bad(f'{name} must be an object (the agent spec), got {shown(spec)}')
     if 'kind' in spec or name == 'agent':
         _str(spec.get('kind'), f'{name}.kind')
     for key, value in spec.items():
@@ -147,10 +147,3 @@ TOP_LEVEL: dict[str, Callable[[Any, str], Any]] = {
     'steps': lambda value, name: _int(value, name, 0),
 }
 REQUIRED = ('env', 'agent')
-
-
-def _short(value: Any) -> str:
-    """A value for an error message, cut to 60 characters (a giant value stays one short line)."""
-    big = isinstance(value, int) and value.bit_length() > 64
-    text = f'an integer of {value.bit_length()} bits' if big else repr(value)
-    return text if len(text) <= 60 else text[:57] + '...'

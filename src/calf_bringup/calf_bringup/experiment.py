@@ -34,7 +34,8 @@ class TrainJob:
     def key(self) -> str:
         planner = '-model' if self.row.planner == 'model' else ''
         features = {None: '', True: '-ds', False: '-nods'}[self.row.delay_state]
-        return (f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}{features}-{self.steps}steps'
+        algo = f'-{self.row.algo}' if self.row.algo else ''
+        return (f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}{features}{algo}-{self.steps}steps'
                 f'-seed{self.seed}')
 
     @property
@@ -74,7 +75,7 @@ def run_train(job: TrainJob, cache: Path) -> Path:
     else:
         rep = default_representation(job.env, load_profile(job.row.network), job.row.delay_state)
         train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name, rep=rep,
-                     plan_horizon=job.row.plan_horizon, progress=False)
+                     plan_horizon=job.row.plan_horizon, progress=False, algo=job.row.algo)
     try:
         partial.rename(final)
     except OSError:  # another worker finished the same job first

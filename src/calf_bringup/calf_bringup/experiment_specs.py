@@ -11,7 +11,8 @@ class Row(NamedTuple):
 
     ``planner='model'`` wraps the Baseline row's checkpoint of the same seed in a model planner
     (``calf_agent.planner``) whose rollout lead comes from ``network``. ``delay_state`` turns the
-    delay state on or off in the representation (None: the default for the env and profile).
+    delay state on or off in the representation (None: the default for the env and profile). ``algo``
+    is the training algorithm, ppo or sac (None: the env's default, its spec's ``algo`` else ppo).
     """
 
     name: str
@@ -19,6 +20,7 @@ class Row(NamedTuple):
     plan_horizon: int = 1
     planner: str = 'ppo'
     delay_state: bool | None = None
+    algo: str | None = None
 
 
 class Column(NamedTuple):

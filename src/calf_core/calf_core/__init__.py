@@ -7,10 +7,10 @@ Public API: :func:`wrap` puts any gymnasium env behind a network model; ``import
 from __future__ import annotations
 
 from calf_core.api import ENV_ID, register, wrap
-from calf_core.errors import CalfError, ConfigError
+from calf_core.errors import CalfError, ConfigError, ConfigTypeError
 from calf_core.networked_env import NetworkedEnv
 from calf_core.task_spec import HoldMode, SuccessRule, TaskSpec
 
-__all__ = ['ENV_ID', 'CalfError', 'ConfigError', 'HoldMode', 'NetworkedEnv', 'SuccessRule', 'TaskSpec', 'wrap']
+__all__ = ['ENV_ID', 'CalfError', 'ConfigError', 'ConfigTypeError', 'HoldMode', 'NetworkedEnv', 'SuccessRule', 'TaskSpec', 'wrap']
 
 register()

@@ -14,12 +14,16 @@ the NetworkedEnv module doc.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
-from calf_core.envs import FlattenObservation, builtin_for_id, env_spec, make_env, make_networked_env
-from calf_core.errors import ConfigError
+from calf_core.envs import FlattenObservation, builtin_for_id, check_spaces, env_spec, make_env, make_networked_env
+from calf_core.errors import ConfigError, ConfigTypeError, shown
+from calf_core.limits import MAX_PLAN_HORIZON, U64_MAX
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile
 from calf_core.task_spec import HoldMode, TaskSpec
@@ -42,21 +46,66 @@ def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt
     - ``task``: a :class:`~calf_core.task_spec.TaskSpec` or spec file for what gymnasium does not say
       (hold rule, initial action, start plan, success rule); default: Box actions hold ``zero``,
       Discrete ones hold ``last``.
+
+    Arguments get the bounds the ``calf`` command applies (``plan_horizon`` in [1, 1024], ``seed`` in
+    [0, 2^64 - 1], ``dt`` as a task spec's); an env named by a string is checked as ``--env`` is
+    (:mod:`calf_core.envs`), an env object's spaces as well. A bad value raises a one-line
+    :class:`~calf_core.errors.ConfigError` (a ``ValueError``), a value of the wrong type a
+    :class:`~calf_core.errors.ConfigTypeError` (also a ``TypeError``).
     """
+    _check_arguments(env, network, dt, seed, plan_horizon, task)
+    env = os.fspath(env) if isinstance(env, os.PathLike) else env
+    task = os.fspath(task) if isinstance(task, os.PathLike) else task
     profile = network if isinstance(network, Profile) else resolve_network(network)
     spec = _task_for(env, task, dt)
     if dt is not None:
-        spec = dataclasses.replace(spec, dt=dt)
+        spec = dataclasses.replace(spec, dt=float(dt))
     inner = env if isinstance(env, gym.Env) else make_env(spec.name, spec)
+    if isinstance(env, gym.Env):
+        check_spaces(inner, spec.name, spec.observation_keys)
     if isinstance(inner.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
         inner = FlattenObservation(inner, spec.observation_keys)
-    return make_networked_env(spec.name, profile, seed=seed, plan_horizon=plan_horizon, env=inner, task=spec)
+    return make_networked_env(spec.name, profile, seed=None if seed is None else int(seed),
+                              plan_horizon=int(plan_horizon), env=inner, task=spec)
 
 
 def make(env: str | gym.Env = 'cartpole', network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,
          seed: int = 0, plan_horizon: int = 1, task: TaskSpec | str | None = None) -> NetworkedEnv:
     """The entry point of ``calf/Networked-v0``: :func:`wrap` with the same arguments."""
     return wrap(env, network, dt, seed, plan_horizon, task)
+
+
+def _check_arguments(env: Any, network: Any, dt: Any, seed: Any, plan_horizon: Any, task: Any) -> None:
+    """One-line ConfigTypeError or ConfigError for the first argument of :func:`wrap` that is wrong."""
+    if not isinstance(env, (gym.Env, str, os.PathLike)):
+        raise ConfigTypeError(f'wrap: env must be a gymnasium env or an env name such as "Pendulum-v1", '
+                              f'got {_short(env)}')
+    if not isinstance(network, (str, os.PathLike, Profile)):
+        raise ConfigTypeError(f'wrap: network must be a profile name such as "wifi_normal", a profile or trace '
+                              f'path, or a Profile, got {_short(network)}')
+    if not (dt is None or _is_number(dt)):
+        raise ConfigTypeError(f'wrap: dt must be a tick period in seconds (a number), got {_short(dt)}')
+    if seed is not None:
+        _check_int(seed, 'seed', 0, U64_MAX)
+    _check_int(plan_horizon, 'plan_horizon', 1, MAX_PLAN_HORIZON)
+    if not (task is None or isinstance(task, (TaskSpec, str, os.PathLike))):
+        raise ConfigTypeError(f'wrap: task must be a TaskSpec or a task spec file, got {_short(task)}')
+
+
+def _check_int(value: Any, name: str, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigTypeError(f'wrap: {name} must be an integer in [{low}, {high}], got {_short(value)}')
+    if not low <= value <= high:
+        raise ConfigError(f'wrap: {name} must be in [{low}, {high}], got {shown(value)}')
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _short(value: Any) -> str:
+    """``value`` for a wrong-type message: its type, then the value."""
+    return f'{type(value).__name__} {shown(value)}'
 
 
 def _task_for(env: gym.Env | str, task: TaskSpec | str | None, dt: float | None) -> TaskSpec:

@@ -11,21 +11,30 @@
 
 Without a spec file the tick is the env's own ``env.unwrapped.dt`` (MuJoCo and Pendulum have one);
 Box actions hold ``zero`` and Discrete ones ``last``; surviving to the time limit is success.
+
+An env is user code, checked at this boundary once per process (:func:`env_spec`, :func:`make_env`):
+importing its modules, constructing it, its spaces, and its first reset and step. Whatever that code
+raises (``SystemExit`` included; not ``KeyboardInterrupt``), a non-finite observation, or a space
+of more than ``MAX_OBS_VALUES`` observation values or ``MAX_ACTIONS`` actions becomes one ConfigError
+naming the env. Later steps are not checked.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
-from calf_core.errors import ConfigError
+from calf_core.errors import CalfError, ConfigError, shown
+from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES
 from calf_core.link import Link
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile
@@ -37,8 +46,8 @@ TASKS_DIR = Path(__file__).resolve().parent / 'tasks'
 BUILTIN_TASKS: tuple[str, ...] = tuple(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))
 SPEC_SUFFIXES = ('.yaml', '.yml')
 
-__all__ = ['BUILTIN_TASKS', 'add_env_arguments', 'builtin_for_id', 'FlattenObservation', 'env_spec', 'make_env', 'make_networked_env',
-           'make_stepper', 'parse_start_plan', 'resolve_env_arg']
+__all__ = ['BUILTIN_TASKS', 'add_env_arguments', 'builtin_for_id', 'FlattenObservation', 'check_spaces', 'env_spec',
+           'make_env', 'make_networked_env', 'make_stepper', 'parse_start_plan', 'resolve_env_arg', 'user_code']
 
 
 def add_env_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +84,13 @@ def _builtin_env(name: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def env_spec(name: str) -> TaskSpec:
-    """The TaskSpec for ``name`` (see the module doc), or a one-line ConfigError."""
+    """The TaskSpec for ``name`` (see the module doc), its env checked, or a one-line ConfigError."""
+    spec = _find_spec(name)
+    _probe(spec.env, spec.observation_keys)
+    return spec
+
+
+def _find_spec(name: str) -> TaskSpec:
     if name in BUILTIN_TASKS:
         return _spec_file(TASKS_DIR / f'{name}.yaml', name)
     builtin = builtin_for_id(name)
@@ -99,10 +114,121 @@ def make_env(name: str, spec: TaskSpec | None = None) -> gym.Env:
     spec = spec or env_spec(name)
     for module in spec.imports:
         _import(module, name)
-    env = _construct(spec.env)
+    _probe(spec.env, spec.observation_keys)
+    return _flat(_construct(spec.env, spec.observation_keys), spec.observation_keys)
+
+
+@contextlib.contextmanager
+def user_code(env_name: str, what: str) -> Iterator[None]:
+    """Run a piece of a user's env: anything it raises (``SystemExit`` too, ``KeyboardInterrupt`` not)
+    becomes one ConfigError naming ``env_name`` and ``what`` it was doing."""
+    try:
+        yield
+    except (KeyboardInterrupt, CalfError):
+        raise
+    except BaseException as err:  # noqa: BLE001 - user code may raise anything, SystemExit included
+        text = ' '.join(str(err).split())
+        text = f': {text[:200]}{"..." if len(text) > 200 else ""}' if text else ''
+        raise ConfigError(f'env {env_name}: {what} raised {type(err).__name__}{text}') from None
+
+
+def check_spaces(env: gym.Env, env_name: str, keys: tuple[str | int, ...] | None = None) -> None:
+    """One-line ConfigError unless ``env``'s spaces are ones CALF carries: observations of at most
+    ``MAX_OBS_VALUES`` values (the ``keys`` parts of a Dict/Tuple) and actions of at most ``MAX_ACTIONS``
+    (Discrete) or ``MAX_ACTIONS`` values (Box)."""
+    with user_code(env_name, 'reading its spaces'):
+        observation_space, action_space = env.observation_space, env.action_space
+    size = _values(observation_space, keys)
+    if size is None:
+        raise ConfigError(f'env {env_name}: its observation space {shown(observation_space)} is not one CALF can '
+                          f'flatten: use Box, Discrete, MultiBinary, MultiDiscrete or a Dict/Tuple of them')
+    if size > MAX_OBS_VALUES:
+        raise ConfigError(f'env {env_name}: its observations hold {size} values, more than CALF carries '
+                          f'({MAX_OBS_VALUES}): observe fewer values (observation_keys in a spec file selects parts)')
+    if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        raise ConfigError(f'env {env_name}: its action space {shown(action_space)} is not one CALF carries: '
+                          f'use Box or Discrete')
+    size = _values(action_space, None)
+    if size is not None and size > MAX_ACTIONS:
+        what = 'values per action' if isinstance(action_space, gym.spaces.Box) else 'actions'
+        raise ConfigError(f'env {env_name}: its action space {shown(action_space)} has {size} {what}, more than a '
+                          f'policy emits ({MAX_ACTIONS})')
+
+
+class _Facts(NamedTuple):
+    """What a probe learns of an env: its own tick (``env.unwrapped.dt``), and whether its actions are a Box."""
+
+    dt: float | None
+    box_actions: bool
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(env_name: str, keys: tuple[str | int, ...] | None) -> _Facts:
+    """Construct ``env_name`` (checked), reset it with seed 0 and take one step: a one-line ConfigError for
+    anything it raises or a non-finite observation. Once per env and process; the env is then closed."""
+    env = _construct(env_name, keys)
+    try:
+        with user_code(env_name, 'env.unwrapped.dt'):
+            dt = getattr(env.unwrapped, 'dt', None)
+            dt = None if dt is None else float(dt)
+        flat = _flat(env, keys)
+        with user_code(env_name, 'reset'):
+            observation = flat.reset(seed=0)[0]
+        _check_observation(observation, flat.observation_space, env_name, 'reset')
+        with user_code(env_name, 'step'):
+            flat.action_space.seed(0)
+            observation = flat.step(flat.action_space.sample())[0]
+        _check_observation(observation, flat.observation_space, env_name, 'its first step')
+    finally:
+        with user_code(env_name, 'close'):
+            env.close()
+    return _Facts(dt, isinstance(env.action_space, gym.spaces.Box))
+
+
+def _check_observation(observation: Any, space: gym.Space, env_name: str, when: str) -> None:
+    """One-line ConfigError unless ``observation`` is as many finite float32 values as ``space`` holds."""
+    with np.errstate(all='ignore'):
+        try:
+            values = np.asarray(observation, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise ConfigError(f'env {env_name}: {when} returned an observation that is not numbers '
+                              f'({shown(observation)})') from None
+    expected = math.prod(space.shape) if space.shape is not None else None
+    if expected is not None and values.size != expected:
+        raise ConfigError(f'env {env_name}: {when} returned {values.size} observation values, its observation '
+                          f'space {shown(space)} holds {expected}')
+    if not np.isfinite(values).all():
+        raise ConfigError(f'env {env_name}: {when} returned an observation with NaN or infinite values (as float32): '
+                          f'an env must emit finite observations')
+
+
+def _values(space: Any, keys: tuple[str | int, ...] | None) -> int | None:
+    """How many values one element of ``space`` flattens to, at most (a Discrete one is one-hot: ``n``), over
+    the ``keys`` parts of a Dict/Tuple; None for a space CALF does not flatten."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.sum(space.nvec, dtype=object))
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return math.prod(space.shape)
+    if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return None
+    if keys is None:
+        keys = tuple(space.spaces.keys() if isinstance(space, gym.spaces.Dict) else range(len(space.spaces)))
+    try:
+        parts = [_values(space[key], None) for key in keys]
+    except (KeyError, IndexError):
+        raise ConfigError(f'observation_keys {list(keys)} are not all parts of {shown(space)}') from None
+    return None if None in parts else sum(parts)
+
+
+def _flat(env: gym.Env, keys: tuple[str | int, ...] | None) -> gym.Env:
+    """``env`` with its Dict/Tuple observations flattened (the ``keys`` parts), else ``env`` itself."""
     if isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        env = FlattenObservation(env, spec.observation_keys)
+        return FlattenObservation(env, keys)
     return env
+
+
 
 
 def make_stepper(name: str, env: gym.Env | None = None, start_plan: tuple[Action, ...] | None = None) -> Stepper:
@@ -159,46 +285,36 @@ def _spec_file(path: Path, name: str, env: str | None = None) -> TaskSpec:
         raise ConfigError(f'task spec {str(path)!r} names no env: add `env: GYM_ID` or `env: package.module:callable`')
     for module in data.get('imports') or ():
         _import(str(module), name)
-    dt = data.get('dt')
-    return spec_from_mapping(data, name, dt=None if dt is not None else _env_dt(str(data['env']), name))
+    if data.get('dt') is not None:
+        return spec_from_mapping(data, name)
+    keys = data.get('observation_keys')
+    return spec_from_mapping(data, name, dt=_probe(str(data['env']), tuple(keys) if isinstance(keys, list) else None).dt)
 
 
 def _default_spec(name: str) -> TaskSpec:
     """A gymnasium id or entry point without a spec file: its own dt, hold zero for Box actions."""
-    env = _construct(name)
-    try:
-        dt = getattr(env.unwrapped, 'dt', None)
-        hold = 'zero' if isinstance(env.action_space, gym.spaces.Box) else 'last'
-    finally:
-        env.close()
-    if dt is None:
+    facts = _probe(name, None)
+    if facts.dt is None:
         raise ConfigError(f'env {name} has no dt of its own: give its tick period in a spec file '
                           f'(--env-spec FILE.yaml with `env: {name}` and `dt: SECONDS`)')
-    return spec_from_mapping({'env': name, 'dt': float(dt), 'hold': hold}, name)
+    return spec_from_mapping({'env': name, 'dt': facts.dt, 'hold': 'zero' if facts.box_actions else 'last'}, name)
 
 
-def _env_dt(env_name: str, name: str) -> float | None:
-    env = _construct(env_name)
-    try:
-        dt = getattr(env.unwrapped, 'dt', None)
-    finally:
-        env.close()
-    return None if dt is None else float(dt)
-
-
-def _construct(env_name: str) -> gym.Env:
-    """``gym.make(env_name)``, or the entry point's callable called with no arguments."""
+def _construct(env_name: str, keys: tuple[str | int, ...] | None = None) -> gym.Env:
+    """``gym.make(env_name)``, or the entry point's callable called with no arguments; its spaces checked."""
     factory = _entry_point(env_name, required=False) if ':' in env_name else None
-    try:
-        env = factory() if factory is not None else gym.make(env_name)
-    except gym.error.Error as err:
-        if ':' in env_name:
-            module, _, attr = env_name.partition(':')
-            raise ConfigError(f'entry point {env_name}: module {module} has no callable {attr!r} and gymnasium '
-                              f'knows no such id') from None
-        raise ConfigError(f'env {env_name!r}: {" ".join(str(err).split())}') from None
+    with user_code(env_name, 'constructing it'):
+        try:
+            env = factory() if factory is not None else gym.make(env_name)
+        except gym.error.Error as err:
+            if ':' in env_name:
+                module, _, attr = env_name.partition(':')
+                raise ConfigError(f'entry point {env_name}: module {module} has no callable {attr!r} and gymnasium '
+                                  f'knows no such id') from None
+            raise ConfigError(f'env {env_name!r}: {" ".join(str(err).split())}') from None
     if not isinstance(env, gym.Env):
         raise ConfigError(f'entry point {env_name} returned {type(env).__name__}, not a gymnasium env')
+    check_spaces(env, env_name, keys)
     return env
 
 
@@ -206,7 +322,8 @@ def _entry_point(name: str, required: bool) -> Callable[[], gym.Env] | None:
     """The callable ``package.module:callable`` names (None if the module has no such attribute)."""
     module_name, _, attr = name.partition(':')
     module = _import(module_name, name)
-    factory = getattr(module, attr, None)
+    with user_code(name, f'reading {attr!r} of module {module_name}'):
+        factory = getattr(module, attr, None)
     if factory is None and required:
         raise ConfigError(f'entry point {name}: module {module_name} has no {attr!r}')
     return factory if callable(factory) else None
@@ -223,8 +340,9 @@ def _beside(name: str) -> Path | None:
 
 
 def _import(module_name: str, name: str) -> Any:
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f'env {name}: cannot import {module_name}: {err}') from None
+    with user_code(name, f'importing {module_name}'):
+        try:
+            return importlib.import_module(module_name)
+        except ImportError as err:
+            raise ConfigError(f'env {name}: cannot import {module_name}: {" ".join(str(err).split())[:200]}') from None
 

@@ -5,6 +5,8 @@ MAX_PLAN_HORIZON = 1024
 """Most actions in one plan (an Action's discrete_plan) and in a checkpoint's plan horizon."""
 MAX_OBS_VALUES = 1 << 20
 """Most values in one observation (an Observation's data) and in a checkpoint's observation size."""
+MAX_ACTIONS = 4096
+"""Most actions of a Discrete action space, and most values of a continuous action, a policy emits."""
 U64_MAX = (1 << 64) - 1
 """Largest value of a uint64 message field (LinkStats counters)."""
 
