@@ -17,7 +17,9 @@ reported.
 
 Actions follow the inner env's space: ``Discrete`` (an int, or with ``plan_horizon`` H > 1 a
 ``MultiDiscrete`` plan of H ints) or ``Box`` (one action vector, or an ``(H, *shape)`` plan of them,
-clipped to the bounds before they are sent). ``info`` also holds ``ticks`` (env ticks this step),
+clipped to the bounds before they are sent). ``info`` also holds ``ticks`` (env ticks this step; 0 after
+``reset``: the ticks before the first decision are the first step's, with their reward, so an episode's
+ticks and rewards add up exactly once),
 ``e2e_ms`` (end-to-end latencies of actions that arrived this step), ``obs_seq``, ``applied_obs_seq`` and
 ``applied_index`` (the action applied at that observation's tick: the obs_seq its plan answered and its
 element, -1 for the initial action, start plan or reset, and -1 for the index when held; as
@@ -31,6 +33,7 @@ copy (SB3's ``DummyVecEnv`` makes one every step) shares its immutable values.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from heapq import heappop
 from typing import Any, NamedTuple
 
@@ -134,6 +137,9 @@ class NetworkedEnv(gym.Env):
         self._executed_shape = (plan_horizon + 1, plan_horizon)
         self._executed = self._no_executed()
         self.obs_lost = self.actions_lost = 0
+        self.tick_listener: Callable[[ObsRecord], None] | None = None
+        """Called with every observation the env emits, the reset one included, before it is sent: which
+        action was applied at that tick, and the state it led to (e.g. imitation labels applied actions)."""
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode, one tick after the previous one ended on the links' clock.
@@ -164,9 +170,11 @@ class NetworkedEnv(gym.Env):
         self._executed = self._no_executed()
         self.obs_lost = self.actions_lost = 0
         first = self.stepper.reset(0.0, seed=env_seed)
+        if self.tick_listener is not None:
+            self.tick_listener(first)
         self._e2e_ms = self.stepper.e2e_ms  # this episode's list, appended to as actions arrive
         record = self._advance(first)
-        return record.obs, self._info(record)
+        return record.obs, self._info(record, ticks=0)  # the ticks until now, and their reward, are the first step's
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._ended is None:
@@ -244,6 +252,8 @@ class NetworkedEnv(gym.Env):
                 self._decision, self._decision_ns = record, time_ns
                 return record
             emitted = stepper.tick(next_tick_ns / 1e9)
+            if self.tick_listener is not None:
+                self.tick_listener(emitted)
             _, plan_seq, index, _ = emitted.applied  # an AppliedAction
             if index >= 0 and plan_seq in self._decision_of:  # info['executed']
                 lag = len(self._decision_of) - 1 - self._decision_of[plan_seq]
@@ -275,14 +285,15 @@ class NetworkedEnv(gym.Env):
         for arrive_s in arrivals:
             self._queue.push(round(arrive_s * 1e9) - origin_ns, ACTION, sent)
 
-    def _info(self, record: ObsRecord) -> dict:
-        """This step's info; hands over the ``executed`` matrix and starts a fresh one."""
+    def _info(self, record: ObsRecord, ticks: int | None = None) -> dict:
+        """This step's info (``ticks``: the count to report, default this step's); hands over the ``executed``
+        matrix and starts a fresh one."""
         e2e = self._e2e_ms  # a tuple of the new ones: vector envs merge it into an object array
         new_e2e = tuple(e2e[self._e2e_seen:]) if len(e2e) > self._e2e_seen else ()
         self._e2e_seen = len(e2e)
         executed, self._executed = self._executed, np.zeros(self._executed_shape, np.uint8)
         applied_obs_seq, applied_index = applied_facts(record)
-        return StepInfo(ticks=self._ticks, e2e_ms=new_e2e, obs_seq=record.seq, applied_obs_seq=applied_obs_seq,
+        return StepInfo(ticks=self._ticks if ticks is None else ticks, e2e_ms=new_e2e, obs_seq=record.seq, applied_obs_seq=applied_obs_seq,
                         applied_index=applied_index,
                         obs_age_ms=(self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
                         obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed)

@@ -243,7 +243,7 @@ class VectorNetworkedCartPole(VectorEnv):
         self._e2e, self._final = [], {}
         self._reset_envs(self._rows)
         self._advance(np.ones(self.num_envs, bool))
-        return self._decision_obs.copy(), self._info()
+        return self._decision_obs.copy(), self._info(np.ones(self.num_envs, bool))
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         plans = np.asarray(actions, dtype=np.int64).reshape(self.num_envs, self.plan_horizon)
@@ -261,15 +261,17 @@ class VectorNetworkedCartPole(VectorEnv):
         reward = np.where(restarted, self._final.get('reward', 0.0), self._reward)
         terminated = self._final.get('terminated', np.zeros(self.num_envs, bool))
         truncated = self._final.get('truncated', np.zeros(self.num_envs, bool))
-        info = self._info()
-        carry = ~restarted  # a restarted env keeps its reset ticks' reward for its next step, as NetworkedEnv does
+        info = self._info(restarted)
+        carry = ~restarted  # a restarted env keeps its reset ticks and their reward for its next step, as NetworkedEnv does
         self._reward[carry], self._ticks[carry], self._executed[carry] = 0.0, 0, 0
         return self._decision_obs.copy(), reward, terminated.copy(), truncated.copy(), info
 
-    def _info(self) -> dict[str, Any]:
+    def _info(self, at_reset: np.ndarray) -> dict[str, Any]:
+        """This step's info; envs ``at_reset`` report their new episode's reset (0 ticks: those before its first
+        decision are its first step's, as in NetworkedEnv)."""
         stamp_s = self._decision_seq * self._dt_ns / 1e9
         info: dict[str, Any] = {
-            'ticks': self._ticks.copy(), 'obs_seq': self._decision_seq.copy(),
+            'ticks': np.where(at_reset, 0, self._ticks), 'obs_seq': self._decision_seq.copy(),
             'applied_obs_seq': self._decision_applied[:, 0].copy(), 'applied_index': self._decision_applied[:, 1].copy(),
             'obs_age_ms': np.where(self._pending, 0.0, (self._decision_ns / 1e9 - stamp_s) * 1e3),
             'obs_lost': self._obs_lost.copy(), 'actions_lost': self._actions_lost.copy(),

@@ -1,11 +1,13 @@
 """NetworkedEnv follows the timing rules of ``calf_core.timing`` exactly, in virtual time."""
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from test_timing import TickCounterEnv, task
 
+import calf_core
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.link import Link
 from calf_core.models import BernoulliLoss, FixedDelay, TraceReplay
@@ -72,6 +74,27 @@ def test_of_observations_arriving_at_one_instant_the_agent_keeps_the_newest() ->
     assert [i['obs_seq'] for i in infos] == [0, 4, 5, 6, 10, 11]
     assert [i['ticks'] for i in infos[1:]] == [4, 1, 1, 4, 1]
     assert [i['obs_age_ms'] for i in infos[1:]] == pytest.approx([0.0] * 5, abs=1e-6)
+
+
+@pytest.mark.parametrize('uplink_ms', [120.0, 11_000.0])  # observation 0 arrives after 2 ticks, after the episode
+def test_an_episodes_ticks_and_rewards_add_up_exactly_once(uplink_ms: float) -> None:
+    """Reset's info and every step's info count each tick of an episode once, and the steps' rewards sum
+    to the episode's return, as the inner env's own statistics record them (Pendulum, 200 ticks of 50 ms)."""
+    inner = gym.wrappers.RecordEpisodeStatistics(gym.make('Pendulum-v1'))
+    profile = profile_from_dict({'compute_ms': 1.0, 'uplink': [{'model': 'fixed_delay', 'latency_ms': uplink_ms}],
+                                 'downlink': [{'model': 'fixed_delay', 'latency_ms': 10.0}]}, 'late')
+    env = calf_core.wrap(inner, network=profile, seed=0)
+    env.action_space.seed(0)
+    counted = []
+    for _ in range(3):
+        _, info = env.reset()
+        ticks, total, done = info['ticks'], 0.0, False
+        while not done:
+            _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+            ticks, total, done = ticks + info['ticks'], total + reward, terminated or truncated
+        counted.append((ticks, total))
+    assert [t for t, _ in counted] == list(inner.length_queue) == [200] * 3
+    assert [r for _, r in counted] == pytest.approx(list(inner.return_queue), abs=1e-3)
 
 
 def test_e2e_latency_is_uplink_plus_compute_plus_downlink() -> None:

@@ -116,6 +116,43 @@ def test_of_observations_arriving_at_one_instant_the_policy_keeps_the_newest() -
     assert seqs == [[0, 0], [4, 4], [5, 5], [6, 6], [10, 10]]
 
 
+@pytest.mark.parametrize('up_ms', [45.0, 11_000.0])  # observation 0 arrives after 2 ticks, after the episode
+def test_an_episodes_ticks_and_rewards_add_up_exactly_once(up_ms: float) -> None:
+    """Per env and episode, the ticks in reset's (or the restart's) info, the steps' infos and the final info,
+    and the rewards of the steps, sum to the CartPole steps the episode took, each counted once."""
+    n = 3
+    env = VectorNetworkedCartPole(n, fixed(up_ms, 10.0, 1.0))
+    own: list[list[int]] = [[] for _ in range(n)]  # CartPole steps per finished episode, counted at the physics
+    running = np.zeros(n, np.int64)
+    step_physics, reset_physics = env.cartpole.step, env.cartpole.reset
+
+    def counted_step(idx: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        running[idx] += 1
+        return step_physics(idx, action)
+
+    def counted_reset(idx: np.ndarray) -> np.ndarray:
+        for i in idx:
+            own[i].append(int(running[i]))
+        running[idx] = 0
+        return reset_physics(idx)
+
+    env.cartpole.step, env.cartpole.reset = counted_step, counted_reset
+    obs, info = env.reset(seed=0)
+    ticks, rewards = info['ticks'].copy(), np.zeros(n)
+    reported: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for _ in range(300):
+        obs, reward, terminated, truncated, info = env.step((obs[:, 2] > 0).astype(np.int64))
+        rewards += reward
+        done = terminated | truncated
+        ticks += np.where(done, info['final_info']['ticks'], info['ticks']) if done.any() else info['ticks']
+        for i in np.flatnonzero(done):
+            reported[i].append((int(ticks[i]), float(rewards[i])))
+            ticks[i], rewards[i] = info['ticks'][i], 0.0  # the next episode's reset info
+    for i in range(n):
+        assert len(reported[i]) >= 2
+        assert [t for t, _ in reported[i]] == [r for _, r in reported[i]] == own[i][1:len(reported[i]) + 1]
+
+
 def run_scalar(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Ticks per decision, e2e latencies and observations lost, over ``steps`` decisions of ``n`` envs."""
     ticks, e2e, lost = [], [], 0
