@@ -9,7 +9,7 @@ import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.gaussian import acts_continuously
-from calf_agent.policy_runner import check_action_space
+from calf_agent.policy_runner import check_action_space, check_observation_size
 from calf_agent.representation import (
     HistoryFeatures,
     Representation,
@@ -73,6 +73,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
     width = history_actions(envs[0].action_space)
     continuous = acts_continuously(agent)
     obs_size = int(np.prod(envs[0].observation_space.shape))
+    check_observation_size(agent, rep, obs_size, width, meta['env'])
     histories = [HistoryFeatures(rep, obs_size, width, continuous) for _ in envs]
     log, started = EpisodeLog(), 0
     feats: list[np.ndarray | None] = [None] * len(envs)

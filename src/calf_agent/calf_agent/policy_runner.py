@@ -114,6 +114,16 @@ def check_action_space(agent: Agent, space: gym.Space, env: str) -> None:
                               f'train a policy on {env} with `calf train --env {env}`')
 
 
+def check_observation_size(agent: Agent, rep: Representation, obs_size: int, width: int, env: str) -> None:
+    """Raise CheckpointError in one line unless ``agent`` reads what ``rep`` makes of ``env``'s observations
+    (``obs_size`` values; ``width``: one history action's)."""
+    size = rep.feature_size(obs_size, width)
+    if int(agent.obs_dim) != size:
+        raise CheckpointError(f'the policy reads {int(agent.obs_dim)} values, but representation {rep.as_dict()} of '
+                              f"{env}'s {obs_size}-value observations makes {size}: the checkpoint's meta.json "
+                              f'representation is missing or wrong; retrain with `calf train --env {env}`')
+
+
 def check_policy_env(ckpt_dir: Path | str, env: str) -> None:
     """Raise CheckpointError (one line) if the checkpoint's actions are not ``env``'s (continuous vs discrete).
 

@@ -17,9 +17,11 @@ import pytest
 
 from calf_agent.checkpoint import WEIGHTS, load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
+from calf_agent.evaluate import evaluate_sim
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
 from calf_core import atomic
+from calf_core.traces import resolve_network
 
 META = {'env': 'cartpole', 'regime': 'full', 'representation': {'frames': 1, 'actions': 0}, 'seed': 3}
 
@@ -98,6 +100,16 @@ def test_meta_fields_it_does_not_know_are_kept(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, MlpAgent(4, 2), {**META, 'continuous_actions': 3, 'notes': {'why': 'newer writer'}})
     agent, meta = load_checkpoint(tmp_path)
     assert meta['notes'] == {'why': 'newer writer'} and PolicyRunner(agent, meta).obs_size == 4
+
+
+@pytest.mark.parametrize('representation', [None, {'frames': 2, 'actions': 0}])
+def test_a_representation_that_does_not_fit_the_agent_is_one_line(tmp_path: Path, representation: Any) -> None:
+    """An agent trained on 4 stacked CartPole frames (16 inputs) whose meta.json lost its representation."""
+    meta = {'env': 'cartpole', **({'representation': representation} if representation else {})}
+    save_checkpoint(tmp_path, MlpAgent(16, 2), meta)
+    with pytest.raises(CheckpointError, match='the policy reads 16 values') as info:
+        evaluate_sim(tmp_path, resolve_network('sim_clean'), episodes=1, seed=0)
+    assert '\n' not in str(info.value) and 'representation is missing or wrong' in str(info.value)
 
 
 def test_new_weights_beside_old_meta_are_refused(tmp_path: Path) -> None:
