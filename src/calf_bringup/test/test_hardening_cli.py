@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from calf_bringup.cli import main
+from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES
 
 BAD_ARGS = {
     'eval --episodes 0': (['eval', '--policy', 'x', '--episodes', '0'], 'argument --episodes: must be in [1,'),
@@ -43,6 +44,38 @@ def test_bad_arguments_are_one_line_and_exit_2(case: str, capsys: pytest.Capture
     assert code == 2
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and message in err and err.startswith('calf')
+
+
+FIXTURES = Path(__file__).resolve().parents[3] / 'tests' / 'fixtures'
+HOSTILE_ENVS = {  # entry point in tests/fixtures: what the error line says
+    'hostile_envs:raises': 'constructing it raised RuntimeError: the robot is not plugged in',
+    'hostile_envs:exits': 'constructing it raised SystemExit: 7',
+    'hostile_import:make': 'importing hostile_import raised ValueError: hostile_import: configuration missing',
+    'hostile_envs:nan_at_reset': 'reset returned an observation with NaN or infinite values',
+    'hostile_envs:inf_at_step': 'its first step returned an observation with NaN or infinite values',
+    'hostile_envs:reset_raises': 'reset raised ZeroDivisionError: reset divided by zero',
+    'hostile_envs:step_raises': 'step raised ZeroDivisionError: step divided by zero',
+    'hostile_envs:wide_observation': f'its observations hold {MAX_OBS_VALUES + 1} values, more than CALF carries',
+    'hostile_envs:many_actions': f'has {MAX_ACTIONS + 1} actions, more than a policy emits ({MAX_ACTIONS})',
+    'hostile_envs:not_an_env': 'returned int, not a gymnasium env',
+}
+
+
+@pytest.mark.parametrize('entry', HOSTILE_ENVS)
+@pytest.mark.parametrize('how', ['--env', '--env-spec'])
+def test_hostile_user_envs_are_one_line_and_exit_2(entry: str, how: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Each entry point, named directly or by a spec file that gives its tick, before any work."""
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    spec = tmp_path / 'task.yaml'
+    spec.write_text(f'env: "{entry}"\ndt: 0.02\n')
+    out = tmp_path / 'no' / 'ckpt'  # a missing parent: a command that got past the env would say so
+    argv = ['train', how, entry if how == '--env' else str(spec), '--steps', '64', '--out', str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and HOSTILE_ENVS[entry] in err, err
+    assert err.startswith('calf train: error: ') and entry in err
 
 
 def test_synth_too_many_messages_is_refused_before_allocating(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
