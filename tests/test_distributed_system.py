@@ -1,5 +1,6 @@
 """Distributed training as deployed: a learner node and worker node processes over DDS (localhost, the
-test run's private domain). Trainings are tiny (a few thousand CartPole steps under sim_clean)."""
+test run's private domain), sharing a key file. Trainings are tiny (a few thousand CartPole steps under
+sim_clean). Intruders publish forged, replayed and foreign messages and are refused."""
 from __future__ import annotations
 
 import csv
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from ros_helpers import new_context, shut_down, spin_until
+from ros_helpers import PrivateNode, new_context, shut_down, spin_until
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, chunk_to_msg
-from calf_agent.dist_wire import Kind, WeightsMessage, encode, split
+from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg
+from calf_agent.dist_key import create_key, read_key_file
+from calf_agent.dist_wire import Kind, Sealer, WeightsMessage, split
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.policies import MlpAgent
@@ -24,7 +26,7 @@ from calf_bringup.distributed import training_graph
 from calf_bringup.runner import Graph
 from calf_core.profiles import load_profile
 from calf_msgs.msg import ByteChunk
-from calf_ros.qos import BATCHES
+from calf_ros.qos import BATCHES, WEIGHTS
 
 pytestmark = pytest.mark.ros
 TIMEOUT_S = 240.0
@@ -33,6 +35,13 @@ TIMEOUT_S = 240.0
 def _params(out: Path, steps: int, **extra: object) -> dict[str, object]:
     return {'out': str(out), 'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline', 'steps': steps,
             'seed': 0, 'sync': 'every', 'eval_every': 4096, 'eval_episodes': 3, **extra}
+
+
+def _graph(out: Path, steps: int, workers: int, learner_network: str | None = None) -> list:
+    """``calf train --workers``'s processes, with the key file it creates in the run's directory."""
+    key = create_key(out.parent / 'dist.key')
+    return training_graph(_params(out, steps), workers=workers, envs=4, seed=0, learner_network=learner_network,
+                          out_dir=out, key_file=str(key))
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
@@ -53,8 +62,7 @@ def _updates(out: Path) -> list[dict[str, str]]:
 @pytest.mark.slow
 def test_learner_and_two_workers_train_and_the_checkpoint_evaluates(tmp_path):
     out = tmp_path / 'run'
-    with Graph(training_graph(_params(out, 8192), workers=2, envs=4, seed=0, learner_network=None, out_dir=out),
-               output=None) as graph:
+    with Graph(_graph(out, 8192, workers=2), output=None) as graph:
         assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
     summary = json.loads((out / 'distributed.json').read_text())
     assert summary['env_steps'] >= 8192 and summary['workers'] == ['w0', 'w1']
@@ -68,7 +76,7 @@ def test_learner_and_two_workers_train_and_the_checkpoint_evaluates(tmp_path):
 @pytest.mark.slow
 def test_a_killed_worker_does_not_stop_the_learner(tmp_path):
     out = tmp_path / 'run'
-    specs = training_graph(_params(out, 12_288), workers=2, envs=4, seed=0, learner_network=None, out_dir=out)
+    specs = _graph(out, 12_288, workers=2)
     with Graph(specs, output=None) as graph:
         assert _wait(lambda: {'w0', 'w1'} <= {row['worker'] for row in _updates(out)})
         os.killpg(graph._child('worker_w1').process.pid, signal.SIGKILL)
@@ -83,8 +91,7 @@ def test_a_killed_worker_does_not_stop_the_learner(tmp_path):
 @pytest.mark.slow
 def test_workers_follow_a_learner_restarted_from_its_checkpoint(tmp_path):
     out = tmp_path / 'run'
-    first, worker = training_graph(_params(out, 4096), workers=1, envs=4, seed=0, learner_network=None,
-                                   out_dir=out)
+    first, worker = _graph(out, 4096, workers=1)
     with Graph([worker], output=None) as workers:
         with Graph([first], output=None) as graph:
             assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
@@ -96,54 +103,80 @@ def test_workers_follow_a_learner_restarted_from_its_checkpoint(tmp_path):
     summary = json.loads((out / 'distributed.json').read_text())
     assert summary['version'] > version and summary['env_steps'] >= 8192 and summary['workers'] == ['w0']
     assert summary['lag_histogram'].get('other_run', 0) >= 1  # its first batch was collected under the old run
+    assert not summary['refused'].keys() - {'unknown_worker'}  # batches before its next hello re-admitted it
 
 
 @pytest.mark.slow
-def test_a_corrupt_batch_is_refused_with_one_line_and_counted(tmp_path):
+def test_forged_replayed_and_unadmitted_batches_are_refused_with_one_line_each(tmp_path):
     out = tmp_path / 'run'
-    (learner,) = [spec for spec in training_graph(_params(out, 10**6), 1, 4, 0, None, out)
-                  if spec.executable == 'learner_node']
-    worker = RolloutWorker('intruder', 2, seed=0)
-    worker.apply(_weights())
-    chunks = split(encode(worker.collect(8)), Kind.BATCH, 'intruder', 1, chunk_bytes=1024)
-    damaged = bytearray(chunks[-1].data)
-    damaged[len(damaged) // 2] ^= 0x01
-    chunks[-1] = chunks[-1]._replace(data=bytes(damaged))
-    huge = chunks[0]._replace(message_id=2, total_bytes=2**40)
+    (learner,) = [spec for spec in _graph(out, 10**6, workers=1) if spec.executable == 'learner_node']
+    key = read_key_file(Path(learner.parameters['key_file']))
+    worker = RolloutWorker('intruder', 'cartpole', key, 2, seed=0)
+    worker.apply(_weights('intruder'))
+    batch = worker.collect(8)
+    forged = split(Sealer(b'k' * 32, 'intruder').encode(batch), Kind.BATCH, 'intruder', 1, chunk_bytes=1024)
+    signed = split(Sealer(key, 'intruder').encode(batch), Kind.BATCH, 'intruder', 2, chunk_bytes=1024)
+    replayed = [chunk._replace(message_id=3) for chunk in signed]
+    huge = signed[0]._replace(message_id=4, total_bytes=2**40)
     context = new_context()
     executor = SingleThreadedExecutor(context=context)
-    node = Node('corrupt_sender', context=context)
+    node = Node('intruder', context=context)
     executor.add_node(node)
     publisher = node.create_publisher(ByteChunk, BATCH_TOPIC, BATCHES)
     try:
         with Graph([learner], output=None) as graph:
             assert spin_until(executor, lambda: publisher.get_subscription_count() > 0, 60)
-            for seq, chunk in enumerate([*chunks, huge]):
+            for seq, chunk in enumerate([*forged, *signed, *replayed, huge]):
                 publisher.publish(chunk_to_msg(chunk, seq, 0))
 
             def refusals() -> list[str]:
                 return [line for line in graph.tail('learner') if 'refused' in line]
 
-            assert spin_until(executor, lambda: len(refusals()) >= 2, 60), graph.tail('learner')
+            assert spin_until(executor, lambda: len(refusals()) >= 4, 60), graph.tail('learner')
             lines = refusals()
-            assert 'checksum' in lines[0] and '(corrupt, 1 so far)' in lines[0]
-            assert '(malformed, 1 so far)' in lines[1]
+            assert 'no valid tag' in lines[0] and '(unauthenticated, 1 so far)' in lines[0]
+            assert 'was not admitted' in lines[1] and '(unknown_worker, 1 so far)' in lines[1]
+            assert '(replayed, 1 so far)' in lines[2]
+            assert '(malformed, 1 so far)' in lines[3]
             assert graph.returncode('learner') is None  # it carries on
     finally:
         shut_down(executor, context, node)
 
 
-def _weights() -> WeightsMessage:
+@pytest.mark.slow
+def test_a_worker_refuses_weights_for_an_env_it_was_not_told_to_run(tmp_path):
+    out = tmp_path / 'run'
+    (worker,) = [spec for spec in _graph(out, 4096, workers=1) if spec.executable == 'worker_node']
+    key = read_key_file(Path(worker.parameters['key_file']))
+    marker = tmp_path / 'imported'
+    (tmp_path / 'calf_intruder_env.py').write_text(f'open({str(marker)!r}, "w").close()\nmake = None\n')
+    foreign = _weights('w0')
+    foreign.env_config['env'] = 'calf_intruder_env:make'  # as os:abort, but leaves a mark instead
+    chunks = split(Sealer(key, 'learner').encode(foreign), Kind.WEIGHTS, 'learner', 1)
+    with Graph([worker._replace(additional_env={**worker.additional_env, 'PYTHONPATH': f'{tmp_path}:' +
+                                                 os.environ.get('PYTHONPATH', '')})], output=None) as graph, \
+            PrivateNode('intruder') as intruder:
+        publisher = intruder.node.create_publisher(ByteChunk, f'{WEIGHTS_PREFIX}/w0', WEIGHTS)
+        assert intruder.until(lambda: publisher.get_subscription_count() > 0, 60)
+        for seq, chunk in enumerate(chunks):
+            publisher.publish(chunk_to_msg(chunk, seq, 0))
+        assert intruder.until(lambda: any('foreign_env' in line for line in graph.tail('worker_w0')), 60), \
+            graph.tail('worker_w0')
+        assert graph.returncode('worker_w0') is None
+    assert not marker.exists()
+
+
+def _weights(target: str) -> WeightsMessage:
     agent = MlpAgent(4, 2)
     config = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
               'representation': {'frames': 1, 'actions': 0, 'obs_age': False}, 'plan_horizon': 1, 'num_steps': 8}
-    return WeightsMessage(0, 1, 'intruder', agent.spec(), config, agent.state_dict())
+    return WeightsMessage(0, 1, target, agent.spec(), config, agent.state_dict())
 
 
 @pytest.mark.slow
 def test_training_across_a_degraded_learner_link(tmp_path):
     out = tmp_path / 'run'
-    specs = training_graph(_params(out, 4096), workers=1, envs=4, seed=0, learner_network='wifi_degraded', out_dir=out)
+    specs = _graph(out, 4096, workers=1, learner_network='wifi_degraded')
     assert specs[0].executable == 'generic_shim_node'
     with Graph(specs, output=None) as graph:
         assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
