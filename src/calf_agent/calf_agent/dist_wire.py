@@ -321,11 +321,9 @@ class Reassembler:
         self._expire(now_s)
         sender = shown(chunk.sender)
         what = f'chunk {chunk.index}/{chunk.count} of message {chunk.message_id} from {sender}'
-        if not 0 < chunk.total_bytes <= self.max_bytes or chunk.count < 1 or not 0 <= chunk.index < chunk.count \
-                or chunk.kind not in Kind.__members__.values() or len(chunk.sender) > MAX_SENDER:
-            self.refuse('malformed', f'{what}: {chunk.total_bytes} bytes announced (limit {self.max_bytes}), '
-                                     f'kind {chunk.kind}, a sender name of {len(chunk.sender)} characters '
-                                     f'(limit {MAX_SENDER})')
+        problem = self._malformed(chunk)
+        if problem:
+            self.refuse('malformed', f'{what}: {problem}')
             return None
         key = (chunk.sender, chunk.kind)
         message_id, pending = self._pending.get(key, (None, None))
@@ -360,6 +358,18 @@ class Reassembler:
                                      f'{pending.size} of {pending.total_bytes} bytes')
             return None
         return b''.join(pending.parts[i] for i in range(pending.count))
+
+    def _malformed(self, chunk: Chunk) -> str | None:
+        """What makes ``chunk`` unacceptable on its own, or None."""
+        if not 0 < chunk.total_bytes <= self.max_bytes:
+            return f'{chunk.total_bytes} bytes announced (limit {self.max_bytes})'
+        if chunk.count < 1 or not 0 <= chunk.index < chunk.count:
+            return 'its index is outside its count'
+        if chunk.kind not in set(Kind):
+            return f'unknown kind {chunk.kind}'
+        if len(chunk.sender) > MAX_SENDER:
+            return f'a sender name of {len(chunk.sender)} characters (limit {MAX_SENDER})'
+        return None
 
     def _drop(self, key: tuple[str, int]) -> None:
         self.reserved -= self._pending.pop(key)[1].total_bytes

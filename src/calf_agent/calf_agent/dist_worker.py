@@ -11,7 +11,7 @@ and drift measurement.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -178,8 +178,7 @@ class RolloutWorker:
         except (CheckpointError, KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise Refused('bad_spec', f'weights version {weights.version} build no policy: '
                                       f'{" ".join(str(exc).split())[:200]}') from None
-        assert isinstance(agent, MlpAgent)
-        return agent
+        return cast(MlpAgent, agent)  # kind 'mlp' builds an MlpAgent
 
     @torch.no_grad()
     def collect(self, num_steps: int) -> TrajectoryBatch:

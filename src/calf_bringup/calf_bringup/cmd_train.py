@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_HORIZON
@@ -11,6 +12,7 @@ from calf_agent.dist_key import KEY_ENV, KEY_FILE, create_key, parse_key, read_k
 from calf_agent.dist_learner import MAX_WORKERS as DEFAULT_MAX_WORKERS
 from calf_agent.dist_learner import SUMMARY
 from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
+from calf_agent.imitation import train_student
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
@@ -56,6 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'the network sets the rollout lead); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
                         help='model planner: ticks before a plan can arrive (default: the network\'s p95 E2E)')
+    parser.add_argument('--expert', type=Path, metavar='DIR',
+                        help='imitation: distil this clean-link policy (a --regime baseline checkpoint of the same '
+                             'env) into a delay-aware student by DAgger; the student acts on what the network '
+                             'delivers, the expert labels with the true state (continuous actions)')
     dist = parser.add_argument_group('distributed training (a learner and rollout workers over DDS)')
     dist.add_argument('--workers', type=count(1, MAX_WORKERS), metavar='N',
                       help='start a learner node and N local rollout worker processes (each runs --envs envs)')
@@ -92,14 +98,11 @@ def run(args: argparse.Namespace) -> int:
         return _train_distributed(args, network)
     if args.learner_network or args.resume or args.sync != 'every' or args.key:
         raise ConfigError('--sync, --learner-network, --resume and --key need --workers N')
+    if args.expert is not None:
+        return _train_student(args, network)
     if args.planner == 'model':
         return _train_model_planner(args, network)
-    rep = None
-    if args.frames is not None or args.action_history is not None or args.obs_age or args.delay_state is not None:
-        default = default_representation(args.env, load_profile(network), args.delay_state)
-        rep = Representation(frames=args.frames or default.frames,
-                             actions=default.actions if args.action_history is None else args.action_history,
-                             obs_age=args.obs_age, delay_state=default.delay_state)
+    rep = _representation(args, network)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs,
                           algo=args.algo)
@@ -163,4 +166,27 @@ def _key_file(args: argparse.Namespace) -> str:
     if os.environ.get(KEY_ENV):
         parse_key(os.environ[KEY_ENV], KEY_ENV)
         return ''
-    return str(create_key(args.out.resolve() / KEY_FILE))
+    path = create_key(args.out.resolve() / KEY_FILE)
+    print(f'distributed-training key: {path} (remote workers: calf worker --key COPY_OF_IT)', file=sys.stderr)
+    return str(path)
+
+
+def _representation(args: argparse.Namespace, network: str) -> Representation | None:
+    """The representation the flags ask for, or None for the network's default."""
+    if args.frames is None and args.action_history is None and not args.obs_age and args.delay_state is None:
+        return None
+    default = default_representation(args.env, load_profile(network), args.delay_state)
+    return Representation(frames=args.frames or default.frames,
+                          actions=default.actions if args.action_history is None else args.action_history,
+                          obs_age=args.obs_age, delay_state=default.delay_state)
+
+
+def _train_student(args: argparse.Namespace, network: str) -> int:
+    if args.algo is not None or args.planner == 'model':
+        raise ConfigError('--expert trains a student by imitation: drop --algo and --planner model')
+    result = train_student(args.expert, args.env, network, args.seed, args.out, steps=args.steps,
+                           plan_horizon=args.plan_horizon, rep=_representation(args, network), regime=args.regime,
+                           num_envs=args.envs, progress=not args.quiet)
+    print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
+                      'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
+    return 0
