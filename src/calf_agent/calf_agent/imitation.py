@@ -1,0 +1,301 @@
+"""Imitation behind the link: a clean-link expert distilled into a delay-aware student by DAgger.
+
+In simulation the true state at every tick is known. The student acts on what the link delivers (its
+representation: frames, the actions in flight and the delay state) and sends plans of H actions; the
+expert, a policy trained on a clean link that acts on the state alone, labels each plan element that
+the env applied with the action it would have taken in the state where that element was applied.
+DAgger gathers these labels in rounds in which the student drives, keeps them all (up to a bound)
+and refits the student's actor to them by regression. This is delayed RL by imitation (DIDA's idea),
+with CALF's links, plans and hold rule in the loop.
+
+The student is an ordinary Gaussian policy checkpoint: ``calf eval``, the policy node and the
+adapter policy node run it as they run a PPO policy.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.gaussian import GaussianAgent, acts_continuously
+from calf_agent.regimes import default_representation
+from calf_agent.representation import (
+    HistoryFeatures,
+    Representation,
+    first_actions,
+    observation_age_s,
+    observation_facts,
+)
+from calf_agent.seeding import seed_everything
+from calf_agent.trainer import TrainResult, run_log
+from calf_core.envs import make_networked_env
+from calf_core.errors import ConfigError
+from calf_core.networked_env import NetworkedEnv
+from calf_core.profiles import Profile, load_profile
+from calf_core.timing import ObsRecord
+
+CSV_FIELDS = ('global_step', 'episodic_return', 'episodes', 'labels', 'loss', 'round')
+
+
+@dataclass(frozen=True)
+class ImitationConfig:
+    """DAgger's budget and regression settings."""
+
+    total_steps: int = 200_000  # env ticks the student drives, a minimum: rounds are whole
+    rounds: int = 10
+    num_envs: int = 8
+    epochs: int = 4  # passes over the aggregated labels after each round
+    minibatch: int = 256
+    learning_rate: float = 1e-3
+    hidden: tuple[int, ...] = (256, 256)
+    max_labels: int = 500_000  # decisions kept; the oldest go first
+    noise: float = 0.1  # exploration: Gaussian noise on the student's actions, as a fraction of the half range
+    seed: int = 0
+    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        counts = (self.total_steps, self.rounds, self.num_envs, self.epochs, self.minibatch, self.max_labels)
+        if min(counts) < 1:
+            raise ValueError('total_steps, rounds, num_envs, epochs, minibatch and max_labels must be >= 1')
+        if not (0 < self.learning_rate < 1) or not (0 <= self.noise <= 1):
+            raise ValueError(f'learning_rate must be in (0, 1) and noise in [0, 1], got '
+                             f'{self.learning_rate} and {self.noise}')
+
+
+class Expert:
+    """A clean-link policy that acts on the state alone: labels states with deterministic actions."""
+
+    def __init__(self, ckpt_dir: Path | str, env: str) -> None:
+        self.agent, meta = load_checkpoint(ckpt_dir)
+        rep = Representation(**meta.get('representation', {}))
+        if not acts_continuously(self.agent) or getattr(self.agent, 'base', None) is not None:
+            raise ConfigError(f'expert {ckpt_dir} is not a continuous-action policy: train one on a clean link, '
+                              f'e.g. `calf train --env {env} --regime baseline`')
+        if rep != Representation() or int(meta.get('plan_horizon', 1)) != 1:
+            raise ConfigError(f'expert {ckpt_dir} acts on {rep.as_dict()} with plans of '
+                              f'{meta.get("plan_horizon", 1)}: an expert must act on the state alone, single '
+                              f'actions (train it with --regime baseline)')
+        if meta.get('env') != env:
+            raise ConfigError(f'expert {ckpt_dir} was trained on {meta.get("env")}, not {env}')
+
+    def label(self, states: np.ndarray) -> np.ndarray:
+        """The expert's actions ``[n, A]`` in ``states`` ``[n, obs]``."""
+        actions, _ = self.agent.act(states, deterministic=True)
+        return np.asarray(actions, dtype=np.float32).reshape(len(states), -1)
+
+
+class Labels:
+    """The aggregated data set: features, per-element targets and which elements have one (a ring)."""
+
+    def __init__(self, capacity: int, feature_size: int, plan_horizon: int, action_dim: int) -> None:
+        self.x = np.zeros((capacity, feature_size), np.float32)
+        self.y = np.zeros((capacity, plan_horizon, action_dim), np.float32)
+        self.mask = np.zeros((capacity, plan_horizon), np.float32)
+        self.size = self.next = 0
+
+    def add(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> None:
+        for start in range(0, len(x), len(self.x)):
+            self._add(x[start:start + len(self.x)], y[start:start + len(self.x)], mask[start:start + len(self.x)])
+
+    def _add(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> None:
+        rows = (self.next + np.arange(len(x))) % len(self.x)
+        self.x[rows], self.y[rows], self.mask[rows] = x, y, mask
+        self.next = (self.next + len(x)) % len(self.x)
+        self.size = min(self.size + len(x), len(self.x))
+
+
+@dataclass
+class Decision:
+    """One decision (answering observation ``seq``): its features, and the plan elements the env applied with
+    the states they were applied in."""
+
+    seq: int
+    features: np.ndarray
+    elements: list[int]
+    states: list[np.ndarray]
+
+    def add(self, element: int, state: np.ndarray) -> None:
+        self.elements.append(element)
+        self.states.append(state)
+
+
+class StudentRollout:
+    """One NetworkedEnv that the student drives, and the labels its ticks give.
+
+    The env reports every tick (``NetworkedEnv.tick_listener``): which plan element it applied, and the
+    state it applied it in (the previous tick's observation). A decision is labelled once no later
+    element of its plan can run: a newer plan was applied, or the episode ended.
+    """
+
+    def __init__(self, env: NetworkedEnv, history: HistoryFeatures) -> None:
+        self.env, self.history = env, history
+        env.tick_listener = self._on_tick
+        self._state: np.ndarray | None = None
+        self._applied: list[tuple[int, int, np.ndarray]] = []  # (plan_seq, element, state it was applied in)
+        self._decisions: dict[int, np.ndarray] = {}  # obs_seq -> the features the decision was made on
+        self.features = np.zeros(0, np.float32)
+        self.seq = self.ticks = 0
+        self.episode_return = 0.0
+
+    def _on_tick(self, record: ObsRecord) -> None:
+        applied = record.applied
+        if applied is not None and applied.index >= 0 and self._state is not None:
+            self._applied.append((applied.plan_seq, applied.index, self._state))
+        self._state = record.obs
+
+    def start(self, seed: int) -> None:
+        self._state = None
+        self._applied.clear()
+        self._decisions.clear()
+        obs, info = self.env.reset(seed=seed)
+        rep = self.history.rep
+        self.features = self.history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info))
+        self.seq, self.episode_return = int(info['obs_seq']), 0.0
+
+    def act(self, plan: np.ndarray) -> bool:
+        """Send ``plan`` for the current decision; True when the episode ended. ``ticks``: the ticks it took."""
+        self._decisions[self.seq] = self.features.copy()
+        obs, reward, terminated, truncated, info = self.env.step(plan)
+        self.episode_return += float(reward)
+        self.ticks = int(info['ticks'])
+        if terminated or truncated:
+            return True
+        rep = self.history.rep
+        sent = first_actions(plan, 1, True, self.history.n_actions)[0]
+        self.features = self.history.update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))
+        self.seq = int(info['obs_seq'])
+        return False
+
+    def harvest(self, ended: bool) -> list[Decision]:
+        """Every complete decision that had an element applied, with its elements and their states."""
+        newest = max((seq for seq, _, _ in self._applied), default=-1)
+        done: dict[int, Decision] = {}
+        kept: list[tuple[int, int, np.ndarray]] = []
+        for seq, index, state in self._applied:
+            if not (ended or seq < newest):
+                kept.append((seq, index, state))
+            elif seq in self._decisions:
+                done.setdefault(seq, Decision(seq, self._decisions[seq], [], [])).add(index, state)
+        self._applied = kept
+        for seq in [s for s in self._decisions if ended or s < newest]:
+            del self._decisions[seq]
+        return list(done.values())
+
+
+def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representation, plan_horizon: int,
+           cfg: ImitationConfig, out_dir: Path, meta: dict[str, Any], progress: bool = True) -> TrainResult:
+    """Train a student for ``env`` behind ``profile`` by DAgger from ``expert_dir``; save it to ``out_dir``."""
+    expert = Expert(expert_dir, env)
+    rng = seed_everything(cfg.seed, cfg.torch_threads)
+    envs = [make_networked_env(env, profile, seed=cfg.seed * 1000 + i, plan_horizon=plan_horizon)
+            for i in range(cfg.num_envs)]
+    space = envs[0].stepper.env.action_space
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        raise ConfigError(f'imitation trains continuous actions (a Box of shape (A,)); {env}\'s are {space}')
+    obs_size = int(np.prod(envs[0].observation_space.shape))
+    action_dim = int(space.shape[0])
+    rollouts = [StudentRollout(e, HistoryFeatures(rep, obs_size, action_dim, continuous=True)) for e in envs]
+    student = GaussianAgent(rep.feature_size(obs_size, action_dim), action_dim, space.low, space.high,
+                            cfg.hidden, plan_horizon, log_std_init=-1.0)
+    optimizer = torch.optim.Adam(student.actor_mean.parameters(), lr=cfg.learning_rate)
+    labels = Labels(cfg.max_labels, student.obs_dim, plan_horizon, action_dim)
+    per_round = math.ceil(cfg.total_steps / cfg.rounds)
+    half_range = (space.high - space.low).astype(np.float32) / 2
+    returns: list[float] = []
+    started, ticks, loss = 0, 0, math.nan
+    begin = time.perf_counter()
+    for rollout in rollouts:
+        rollout.start(cfg.seed * 1_000_003 + started)
+        started += 1
+    with run_log(out_dir, CSV_FIELDS, per_round * cfg.rounds, progress) as log:
+        for round_index in range(cfg.rounds):
+            round_ticks, round_returns, gathered = 0, [], []
+            while round_ticks < per_round:
+                features = np.stack([r.features for r in rollouts])
+                plans, _ = student.act(features, deterministic=True)
+                plans = plans.reshape(len(rollouts), plan_horizon, action_dim)
+                plans = np.clip(plans + rng.normal(0, cfg.noise, plans.shape).astype(np.float32) * half_range,
+                                space.low, space.high).astype(np.float32)
+                for rollout, plan in zip(rollouts, plans):
+                    ended = rollout.act(plan if plan_horizon > 1 else plan[0])
+                    round_ticks += rollout.ticks
+                    if ended:
+                        gathered += rollout.harvest(ended=True)
+                        round_returns.append(rollout.episode_return)
+                        rollout.start(cfg.seed * 1_000_003 + started)
+                        started += 1
+            for rollout in rollouts:
+                gathered += rollout.harvest(ended=False)
+            _add_labels(labels, gathered, expert, plan_horizon, action_dim)
+            student.obs_norm.update(labels.x[:labels.size])
+            loss = _fit(student, optimizer, labels, cfg, rng)
+            ticks += round_ticks
+            returns += round_returns
+            log.write({'global_step': ticks, 'episodic_return': float(np.mean(round_returns)) if round_returns
+                       else math.nan, 'episodes': len(round_returns), 'labels': labels.size, 'loss': loss,
+                       'round': round_index}, round_ticks)
+    save_checkpoint(out_dir, student, {**meta, 'plan_horizon': plan_horizon, 'representation': rep.as_dict(),
+                                       'expert': str(expert_dir), 'dagger_rounds': cfg.rounds})
+    window = returns[-max(1, len(returns) // cfg.rounds):]
+    return TrainResult(out_dir, ticks, cfg.rounds, time.perf_counter() - begin, tuple(returns),
+                       float(np.mean(window)) if window else math.nan, False)
+
+
+def _add_labels(labels: Labels, decisions: list[Decision], expert: Expert, plan_horizon: int,
+                action_dim: int) -> None:
+    """Label the applied elements' states with the expert, and keep the decisions."""
+    if not decisions:
+        return
+    targets = expert.label(np.stack([state for d in decisions for state in d.states]))
+    x = np.stack([d.features for d in decisions])
+    y = np.zeros((len(decisions), plan_horizon, action_dim), np.float32)
+    mask = np.zeros((len(decisions), plan_horizon), np.float32)
+    rows = np.repeat(np.arange(len(decisions)), [len(d.elements) for d in decisions])
+    elements = np.concatenate([d.elements for d in decisions])
+    y[rows, elements], mask[rows, elements] = targets, 1.0
+    labels.add(x, y, mask)
+
+
+def _fit(student: GaussianAgent, optimizer: torch.optim.Optimizer, labels: Labels, cfg: ImitationConfig,
+         rng: np.random.Generator) -> float:
+    """Regress the actor's plan on the labelled elements; the mean loss of the last epoch."""
+    x, y, mask = (torch.as_tensor(a[:labels.size]) for a in (labels.x, labels.y, labels.mask))
+    losses: list[float] = []
+    for _ in range(cfg.epochs):
+        losses = []
+        for batch in np.array_split(rng.permutation(labels.size), max(1, labels.size // cfg.minibatch)):
+            index = torch.as_tensor(batch)
+            mean = student.actor_mean(student.obs_norm(x[index])).view(len(batch), *y.shape[1:])
+            weight = mask[index]
+            loss = (((mean - y[index]) ** 2).sum(-1) * weight).sum() / weight.sum().clamp(min=1.0)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return float(np.mean(losses)) if losses else math.nan
+
+
+
+def train_student(expert_dir: Path | str, env: str, network: str, seed: int, out_dir: Path,
+                  steps: int | None = None, plan_horizon: int = 1, rep: Representation | None = None,
+                  regime: str | None = None, num_envs: int | None = None, progress: bool = True) -> TrainResult:
+    """``calf train --expert``: a student of ``env`` behind ``network``, taught by ``expert_dir`` (see ``distil``).
+
+    The student's representation is ``rep``, else the one PPO and SAC get behind ``network``.
+    """
+    profile = load_profile(network)
+    try:
+        cfg = ImitationConfig(total_steps=steps or ImitationConfig.total_steps, seed=seed,
+                              num_envs=num_envs or ImitationConfig.num_envs)
+    except ValueError as err:
+        raise ConfigError(f'bad imitation settings: {err}') from None
+    meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name, 'method': 'dagger', 'seed': seed}
+    return distil(expert_dir, env, profile, rep or default_representation(env, profile), plan_horizon, cfg,
+                  out_dir, meta, progress)
