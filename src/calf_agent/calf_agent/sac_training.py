@@ -3,7 +3,8 @@
 The vector env is the PPO trainer's (``calf_agent.trainer``: ``SAME_STEP`` autoreset, flat Box
 observations) with ``Box`` actions of shape ``(A,)``. Each vector step stores one transition per env
 (a truncated episode's ``info['final_obs']`` as its next observation, bootstrapped; a terminated one
-not) and, from ``learning_starts`` on, makes one gradient step per env. Observations are stored raw
+not) and, once more than ``learning_starts`` (uniform random) transitions are stored, makes one gradient
+step per env. Observations are stored raw
 and normalised by the actor's running statistics when sampled; actions are stored in ``[-1, 1]``.
 The logs, the checkpoint (the actor and its normaliser) and the result are the PPO trainer's.
 """
@@ -88,7 +89,7 @@ class _Loop:
                 self.episodes.record(info)
                 obs = next_obs
                 self.global_step += n
-                if self.global_step >= sac.learning_starts:
+                if self.global_step > sac.learning_starts:  # the random transitions are stored
                     for _ in range(n):
                         stats = self._update()
                 if self.global_step - logged >= LOG_EVERY or self.global_step >= total:

@@ -1,0 +1,168 @@
+"""SAC: the squashed Gaussian actor, the twin critics, the replay buffer, one update, the training loop on
+real gymnasium envs, its checkpoint through loading, the policy runner and the sim evaluation."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.evaluate import evaluate_sim
+from calf_agent.policy_runner import PolicyRunner, check_action_space
+from calf_agent.regimes import train_defaults, train_policy
+from calf_agent.sac import ReplayBuffer, SacActor, SacConfig, SacLearner, TwinQ
+from calf_agent.trainer import TrainConfig, sac_defaults, train
+from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
+from calf_core.task_spec import spec_from_mapping
+
+
+def make_actor(low: tuple[float, ...] = (-2.0, 0.0), high: tuple[float, ...] = (2.0, 1.0)) -> SacActor:
+    torch.manual_seed(0)
+    return SacActor(3, len(low), list(low), list(high), hidden=(16, 16))
+
+
+def test_the_actor_samples_a_tanh_squashed_gaussian_with_its_log_probability() -> None:
+    actor = make_actor()
+    x = torch.randn(64, 3)
+    torch.manual_seed(1)
+    action, logp = actor.sample(x)
+    h = actor.trunk(x)
+    log_std = -5.0 + 3.5 * (torch.tanh(actor.log_std(h)) + 1)
+    dist = TransformedDistribution(Normal(actor.mean(h), log_std.exp()), [TanhTransform()])
+    assert action.shape == (64, 2) and action.abs().max() < 1
+    torch.testing.assert_close(logp, dist.log_prob(action.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1), rtol=1e-3, atol=1e-3)
+
+
+def test_the_deployed_actor_acts_on_the_tanh_of_its_mean_scaled_to_the_bounds() -> None:
+    actor = make_actor()
+    with torch.no_grad():
+        actor.mean.weight.zero_()
+        actor.mean.bias.copy_(torch.tensor([np.arctanh(0.5), -20.0]))
+    obs = np.float32([0.3, -0.1, 2.0])
+    action, state = actor.act(obs, deterministic=True)
+    assert state is None and action.shape == (1, 2)
+    np.testing.assert_allclose(action[0], [1.0, 0.0], atol=1e-5)  # 0.5 of [-2, 2]; -1 of [0, 1]
+    assert np.array_equal(actor.act(obs, deterministic=True)[0], action)
+    sampled = actor.act(np.stack([obs] * 200))[0]
+    assert sampled.std(0)[0] > 0.01 and ((sampled >= [-2.0, 0.0]) & (sampled <= [2.0, 1.0])).all()
+
+
+def test_twin_q_computes_two_independent_mlps() -> None:
+    torch.manual_seed(0)
+    critic = TwinQ(5, (8, 8))
+    obs, action = torch.randn(4, 3), torch.randn(4, 2)
+    q = critic(obs, action)
+    assert q.shape == (2, 4)
+    for i in range(2):
+        x = torch.cat([obs, action], -1)
+        for layer, (w, b) in enumerate(zip(critic.weights, critic.biases)):
+            x = x @ w[i] + b[i]
+            x = torch.relu(x) if layer < 2 else x
+        torch.testing.assert_close(q[i], x.squeeze(-1))
+    assert not torch.equal(q[0], q[1])
+
+
+def test_the_replay_buffer_is_a_bounded_ring() -> None:
+    buffer = ReplayBuffer(5, 2, 1)
+    arrays = (buffer.obs, buffer.next_obs, buffer.actions, buffer.rewards, buffer.terminated)
+    before = sum(a.nbytes for a in arrays)
+    for step in range(4):  # 12 transitions, three envs a step, into 5 rows
+        rows = np.arange(3) + 3 * step
+        buffer.add(np.stack([rows, rows], 1), rows[:, None], rows.astype(np.float32), np.stack([rows, rows], 1) + 1,
+                   rows % 2 == 0)
+    assert buffer.size == 5 and sum(a.nbytes for a in arrays) == before
+    assert sorted(buffer.rewards.tolist()) == [7, 8, 9, 10, 11]  # the newest five
+    obs, actions, rewards, next_obs, terminated = buffer.sample(100, np.random.default_rng(0))
+    assert set(rewards.tolist()) <= {7, 8, 9, 10, 11} and torch.equal(obs[:, 0], rewards)
+    assert torch.equal(next_obs[:, 1], rewards + 1) and torch.equal(terminated, (rewards % 2 == 0).float())
+
+
+def test_one_update_moves_the_targets_by_tau_and_alpha_towards_the_target_entropy() -> None:
+    actor = make_actor()
+    learner = SacLearner(actor, SacConfig(tau=0.1, learning_rate=1e-2))
+    before = [p.detach().clone() for p in learner.target.parameters()]
+    obs, next_obs = torch.randn(32, 3), torch.randn(32, 3)
+    actions, rewards, terminated = torch.rand(32, 2) * 2 - 1, torch.randn(32), torch.zeros(32)
+    stats = learner.update(obs, actions, rewards, next_obs, terminated)
+    for old, new, critic in zip(before, learner.target.parameters(), learner.critic.parameters()):
+        torch.testing.assert_close(new, 0.9 * old + 0.1 * critic.detach())
+    assert all(p.requires_grad for p in learner.critic.parameters())  # unfrozen after the actor's step
+    # a fresh actor's entropy is above -|A|: alpha falls
+    assert float(stats['entropy']) > learner.target_entropy and learner.log_alpha.item() < 0.0
+
+
+def make_pendulum(num_envs: int) -> gym.vector.VectorEnv:
+    return gym.make_vec('Pendulum-v1', num_envs, vectorization_mode='sync',
+                        vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP})
+
+
+def test_sac_trains_on_a_vector_env_and_saves_the_actor_with_its_statistics(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(sac_defaults(), total_steps=600, num_envs=2, hidden=(32, 32), meta={'env': 'Pendulum-v1'},
+                              sac=SacConfig(learning_starts=300, batch_size=64))
+    result = train(cfg, make_pendulum, tmp_path, progress=False)
+    assert result.global_steps == 600 and result.iterations == 600 - 300  # one update per transition after the random ones
+    assert len(result.episode_returns) == 2  # one 200-step episode in each env (300 steps each)
+    agent, meta = load_checkpoint(tmp_path)
+    assert isinstance(agent, SacActor) and meta['algo'] == 'sac' and meta['agent']['kind'] == 'sac'
+    assert float(agent.obs_norm.count) == pytest.approx(600, abs=1e-3)  # every observation acted on
+    assert meta['train_config']['sac']['learning_starts'] == 300 and 'ppo' not in meta['train_config']
+    rows = (tmp_path / 'progress.csv').read_text().splitlines()
+    assert rows[0].startswith('global_step,episodes,episodic_return') and len(rows) == 2  # one row per 1,000 steps
+
+
+def test_a_sac_checkpoint_round_trips_through_the_runner_and_the_sim_evaluation(tmp_path: Path) -> None:
+    train_policy('Pendulum-v1', 'full_net_aware', seed=0, out_dir=tmp_path, steps=1100, regime='full', progress=False,
+                 algo='sac')
+    agent, meta = load_checkpoint(tmp_path)
+    assert isinstance(agent, SacActor) and meta['algo'] == 'sac'
+    rep = meta['representation']
+    assert rep['delay_state'] and rep['actions'] > 0  # augmented SAC: the actions in flight are in its state
+    check_action_space(agent, gym.make('Pendulum-v1').action_space, 'Pendulum-v1')
+    runner = PolicyRunner(agent, meta)
+    assert runner.continuous and runner.obs_size == 3 and runner.action_description.startswith('continuous')
+    plan = runner.on_observation(0, 0, np.float32([1.0, 0.0, 0.0]), False)
+    assert plan.shape == (1, 1) and -2.0 <= plan[0, 0] <= 2.0
+    reports = [evaluate_sim(tmp_path, load_profile('wifi_normal'), episodes=3, seed=7) for _ in range(2)]
+    assert reports[0]['episodes'] == 3 and all(np.isfinite(reports[0]['returns']))
+    assert reports[0]['returns'] == reports[1]['returns']  # deterministic at evaluation
+
+
+def test_sac_needs_single_box_actions_and_the_mlp_policy() -> None:
+    with pytest.raises(ConfigError, match=r"SAC trains continuous actions .* cartpole's actions are Discrete\(2\): "
+                                          r'train it with --algo ppo'):
+        train_defaults('cartpole', 'sac')
+    with pytest.raises(ConfigError, match='SAC trains single actions'):
+        train_policy('Pendulum-v1', 'sim_clean', 0, Path('unused'), steps=10, plan_horizon=2, algo='sac')
+    with pytest.raises(ConfigError, match='algo must be one of ppo, sac'):
+        spec_from_mapping({'env': 'Pendulum-v1', 'dt': 0.05, 'algo': 'ddpg'}, 'mine')
+    with pytest.raises(ValueError, match='sac trains an mlp policy'):
+        TrainConfig(algo='sac', agent='lstm')
+    assert train_defaults('Pendulum-v1', 'sac').algo == 'sac' and train_defaults('Pendulum-v1').algo == 'ppo'
+
+
+def test_a_saved_sac_actor_loads_with_the_same_actions(tmp_path: Path) -> None:
+    actor = make_actor()
+    actor.obs_norm.update(np.random.default_rng(0).normal(size=(50, 3)))
+    save_checkpoint(tmp_path, actor, {'env': 'Pendulum-v1'})
+    loaded, _ = load_checkpoint(tmp_path)
+    obs = np.random.default_rng(1).normal(size=(8, 3)).astype(np.float32)
+    assert np.array_equal(loaded.act(obs, deterministic=True)[0], actor.act(obs, deterministic=True)[0])
+    assert isinstance(loaded, SacActor) and loaded.spec() == actor.spec()
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum(tmp_path: Path) -> None:
+    """From about -1200 (random torques) to above -600 within 6,000 steps (about a minute on one core)."""
+    cfg = dataclasses.replace(sac_defaults(), total_steps=6_000, seed=0)
+    started = time.perf_counter()
+    result = train(cfg, make_pendulum, tmp_path, progress=False)
+    returns = result.episode_returns
+    assert np.mean(returns[:5]) < -900, returns  # the random first 1,000 steps
+    assert np.mean(returns[-5:]) > -600, (returns, time.perf_counter() - started)
