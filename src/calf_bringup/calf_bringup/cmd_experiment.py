@@ -12,14 +12,14 @@ from calf_bringup.cli_args import MAX_EPISODES, MAX_STEPS, count
 from calf_bringup.experiment import run_table, write_outputs
 from calf_bringup.experiment_cells import Executor
 from calf_bringup.experiment_report import write_results_readme
-from calf_bringup.experiment_specs import TABLES, TableSpec, env_table
+from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, TableSpec, env_table
 from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
 from calf_bringup.table9 import run_table9
 from calf_core.atomic import make_out_dir
 from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
 
-CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', 'all')
+CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', *TABLE_GROUPS, 'all')
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +76,9 @@ def _tables(args: argparse.Namespace) -> tuple[dict[str, TableSpec], list[str]]:
     if args.env is None and args.env_spec is None:
         if args.name is None:
             raise ConfigError(f'calf experiment: name a table ({", ".join(CHOICES)}) or give --env ENV')
-        return TABLES, [n for n in CHOICES if n != 'all'] if args.name == 'all' else [args.name]
+        if args.name == 'all':
+            return TABLES, [n for n in CHOICES if n != 'all' and n not in TABLE_GROUPS]
+        return TABLES, list(TABLE_GROUPS.get(args.name, (args.name,)))
     if args.name is not None:
         raise ConfigError(f'calf experiment: give a table name ({args.name}) or --env, not both')
     spec = env_table(resolve_env_arg(args.env, args.env_spec))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from calf_bringup.experiment_cells import Cell, Executor, LocalExecutor, run_cells
-from calf_bringup.experiment_specs import Row, TableSpec, env_slug
+from calf_bringup.experiment_specs import BASED_PLANNERS, Row, TableSpec, env_slug
 from calf_core import atomic
 from calf_core.yaml_files import read_json
 
@@ -32,7 +32,7 @@ class TrainJob:
 
     @property
     def key(self) -> str:
-        planner = '-model' if self.row.planner == 'model' else ''
+        planner = '' if self.row.planner == 'ppo' else f'-{self.row.planner}'
         features = {None: '', True: '-ds', False: '-nods'}[self.row.delay_state]
         algo = f'-{self.row.algo}' if self.row.algo else ''
         return (f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}{features}{algo}-{self.steps}steps'
@@ -40,8 +40,8 @@ class TrainJob:
 
     @property
     def base(self) -> TrainJob:
-        """The Baseline job whose checkpoint a model planner wraps."""
-        return TrainJob(self.env, Row('Baseline', 'sim_clean'), self.seed, self.steps)
+        """The Baseline job whose checkpoint a model planner wraps, or an imitation student learns from."""
+        return TrainJob(self.env, Row('Baseline', 'sim_clean', algo=self.row.algo), self.seed, self.steps)
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,9 @@ class EvalJob:
 def run_train(job: TrainJob, cache: Path) -> Path:
     """Train one checkpoint unless it is cached; written to a temporary folder, then renamed.
 
-    A model-planner job first trains (or finds) its Baseline job.
+    A model-planner or imitation job first trains (or finds) its Baseline job.
     """
+    from calf_agent.imitation import train_student
     from calf_agent.planner import train_planner
     from calf_agent.regimes import default_representation, train_policy
     from calf_core.profiles import load_profile
@@ -69,11 +70,14 @@ def run_train(job: TrainJob, cache: Path) -> Path:
         return final
     partial = final.with_name(f'{final.name}.partial{os.getpid()}')
     shutil.rmtree(partial, ignore_errors=True)
+    rep = default_representation(job.env, load_profile(job.row.network), job.row.delay_state)
     if job.row.planner == 'model':
         train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
                       progress=False)
+    elif job.row.planner == 'imitation':
+        train_student(run_train(job.base, cache), job.env, job.row.network, job.seed, partial, steps=job.steps,
+                      plan_horizon=job.row.plan_horizon, rep=rep, regime=job.row.name, progress=False)
     else:
-        rep = default_representation(job.env, load_profile(job.row.network), job.row.delay_state)
         train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name, rep=rep,
                      plan_horizon=job.row.plan_horizon, progress=False, algo=job.row.algo)
     try:
@@ -107,12 +111,13 @@ def run_cell(train: TrainJob, evals: tuple[EvalJob, ...], named: Path, cache: Pa
 
 
 def table_cells(trains: list[TrainJob], evals: list[EvalJob], cache: Path) -> list[Cell]:
-    """One cell per training run; a model-planner cell waits for its Baseline cell if the table has one."""
+    """One cell per training run; a model-planner or imitation cell waits for its Baseline cell if the table
+    has one."""
     keys = {t.key for t in trains}
     cells = []
     for t in trains:
         mine = tuple(e for e in evals if e.train == t)
-        base = t.base.key if t.row.planner == 'model' else None
+        base = t.base.key if t.row.planner in BASED_PLANNERS else None
         cells.append(Cell(t.key, partial(run_cell, t, mine, cache), tuple(f'eval/{e.key}.json' for e in mine),
                           tuple(f'train/{k}' for k in (t.key, base) if k), base if base in keys else None))
     return cells
@@ -159,7 +164,7 @@ def collect(spec: TableSpec, trains: list[TrainJob], evals: list[EvalJob],
     return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'metric': spec.metric,
             'seeds': len({t.seed for t in trains}), 'episodes': evals[0].episodes,
             'steps': trains[0].steps, 'columns': [c.name for c in spec.columns], 'cells': cells,
-            'paper': spec.paper}
+            'paper': spec.paper, 'reference': spec.reference}
 
 
 def write_outputs(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:

@@ -10,7 +10,8 @@ class Row(NamedTuple):
     """One trained condition: a name, the profile it trains under, its plan horizon and planner.
 
     ``planner='model'`` wraps the Baseline row's checkpoint of the same seed in a model planner
-    (``calf_agent.planner``) whose rollout lead comes from ``network``. ``delay_state`` turns the
+    (``calf_agent.planner``) whose rollout lead comes from ``network``; ``planner='imitation'`` trains a
+    student of that checkpoint behind ``network`` by DAgger (``calf_agent.imitation``). ``delay_state`` turns the
     delay state on or off in the representation (None: the default for the env and profile). ``algo``
     is the training algorithm, ppo or sac (None: the env's default, its spec's ``algo`` else ppo).
     """
@@ -21,6 +22,10 @@ class Row(NamedTuple):
     planner: str = 'ppo'
     delay_state: bool | None = None
     algo: str | None = None
+
+
+BASED_PLANNERS = ('model', 'imitation')
+"""Row planners built on the Baseline row's checkpoint of the same seed."""
 
 
 class Column(NamedTuple):
@@ -40,6 +45,7 @@ class TableSpec(NamedTuple):
     rows: tuple[Row, ...]
     columns: tuple[Column, ...]
     paper: dict[str, tuple[str, ...]]  # row -> the paper's cells, in column order
+    reference: tuple[str, str] | None = None  # (row, column) whose mean is 100 %: cells are also given as percentages
 
 
 COLUMNS = (Column('Sim-Clean', 'sim_clean'), Column('Sim+Net', 'full_net_aware'), Column('Real-Eth', 'real_eth'),
@@ -128,6 +134,34 @@ TABLES['plans'] = TableSpec(
      PLANS_ROW, Row('Full + plans, H = 24', 'full_net_aware', 24, 'model')),
     (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-N', 'wifi_normal'), Column('Wi-Fi-D', 'wifi_degraded'),
      Column('Wi-Fi-D live trace', 'results/traces/wifi_degraded_live')), {})
+
+# Robots: continuous control behind the link, against the delayed-RL literature. Every row is trained once under
+# its training link and evaluated in every column: the five network conditions, then constant delays of 2, 5 and
+# 10 ticks (profiles in results/profiles: the action answering tick t's observation runs at tick t + 1 + k, as a
+# k-step delay in the literature). SAC on a clean link is the Baseline and the undelayed reference; augmented SAC
+# (the observation plus the actions in flight and the delay state) is the literature's delayed-RL baseline; the
+# imitation student learns from the same seed's Baseline by DAgger; Full + plans is the model planner over a
+# Gaussian PPO Baseline of the same seed. Each row's own training gets the table's step budget; the student and the
+# planner also use their Baseline's.
+
+
+def robots_table(name: str, env: str, dt_ms: int, steps: int, extra_rows: tuple[Row, ...] = ()) -> TableSpec:
+    """A robots table for ``env`` (ticks of ``dt_ms``) with ``steps`` env steps per training run."""
+    constant = tuple(Column(f'{k} ticks', f'results/profiles/constant_{k}_ticks_{dt_ms}ms.yaml') for k in (2, 5, 10))
+    rows = (Row('Baseline (SAC)', 'sim_clean', algo='sac'), Row('Augmented SAC', 'full_net_aware', algo='sac'),
+            Row('Imitation (DAgger)', 'full_net_aware', planner='imitation', algo='sac'),
+            Row('Full + plans', 'full_net_aware', 10, 'model'), *extra_rows)
+    return TableSpec(name, f'{env}: mean episode return (± std across seeds)', env, 'mean_return', 1.0, steps,
+                     rows, (*COLUMNS, *constant), {}, (rows[0].name, COLUMNS[0].name))
+
+
+TABLES['robots_double_pendulum'] = robots_table('robots_double_pendulum', 'InvertedDoublePendulum-v5', 50, 100_000)
+TABLES['robots_reacher'] = robots_table('robots_reacher', 'Reacher-v5', 20, 100_000)
+TABLES['robots_half_cheetah'] = robots_table(
+    'robots_half_cheetah', 'HalfCheetah-v5', 50, 200_000,
+    (Row('Augmented SAC, trained at 5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml', algo='sac'),))
+TABLE_GROUPS = {'robots': ('robots_double_pendulum', 'robots_reacher', 'robots_half_cheetah')}
+"""Names that run several tables: ``calf experiment robots``."""
 
 ENV_TABLE_PREFIX = 'env_'
 

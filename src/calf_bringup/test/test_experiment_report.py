@@ -27,3 +27,11 @@ def test_rows_beside_the_papers_are_marked_ours(tmp_path: Path) -> None:
     text = write_markdown(result([400.0, 420.0, 410.0], {'Baseline': ['98']}), tmp_path / 'mine.md').read_text()
     assert '| **Baseline** (ours) | 410 ± 2 |' in text and '| Baseline (paper) | 98 |' in text
     assert '3 seeds × 1 episode per cell' in text and 'mean ± sample std across seeds' in text
+
+
+def test_cells_as_percentages_of_the_reference(tmp_path: Path) -> None:
+    table = {**result([400.0, 420.0, 410.0], {}), 'reference': ['Baseline', 'Sim-Clean']}
+    table['cells']['Student'] = {'Sim-Clean': {'mean': 205.0, 'std': 3.0, 'per_seed': [200.0, 210.0]}}
+    text = write_markdown(table, tmp_path / 'mine.md').read_text()
+    assert 'As % of Baseline on Sim-Clean (410):' in text
+    assert '| Baseline | 100 % |' in text and '| Student | 50 % |' in text

@@ -1,0 +1,38 @@
+"""A robots-style table end to end on a tiny budget: SAC Baseline, augmented SAC and a DAgger student of the
+Baseline, evaluated behind a constant delay, with the cells also as percentages of the Baseline's."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calf_bringup.experiment import run_table, write_outputs
+from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, Column, Row, TableSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_robots_group_names_tables_whose_profiles_exist() -> None:
+    for name in TABLE_GROUPS['robots']:
+        spec = TABLES[name]
+        assert spec.reference == (spec.rows[0].name, 'Sim-Clean')
+        for column in spec.columns:
+            assert '/' not in column.network or (ROOT / column.network).is_file(), column.network
+
+
+@pytest.mark.slow
+def test_a_tiny_robots_table_with_an_imitation_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # the constant-delay profiles are named from the workspace root
+    spec = TableSpec('tiny_robots', 'Pendulum-v1', 'Pendulum-v1', 'mean_return', 1.0, 400,
+                     (Row('Baseline (SAC)', 'sim_clean', algo='sac'), Row('Augmented SAC', 'delay_only', algo='sac'),
+                      Row('Imitation (DAgger)', 'delay_only', planner='imitation', algo='sac')),
+                     (Column('Sim-Clean', 'sim_clean'),
+                      Column('5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml')), {},
+                     ('Baseline (SAC)', 'Sim-Clean'))
+    result = run_table(spec, seeds=1, episodes=2, out=tmp_path, workers=1)
+    assert all(c['status'] == 'done' for c in result['cells_run'].values()), result['cells_run']
+    write_outputs(result, tmp_path, 'calf experiment tiny_robots', 0.0)
+    student = next((tmp_path / 'cache' / 'train').glob('*-imitation-*'))
+    assert json.loads((student / 'meta.json').read_text())['method'] == 'dagger'
+    assert 'As % of Baseline (SAC) on Sim-Clean' in (tmp_path / 'tiny_robots.md').read_text()
