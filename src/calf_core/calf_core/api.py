@@ -24,12 +24,10 @@ import gymnasium as gym
 from calf_core.envs import FlattenObservation, builtin_for_id, check_spaces, env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError, ConfigTypeError, shown
 from calf_core.limits import MAX_PLAN_HORIZON, U64_MAX
-from calf_core.networked_env import NetworkedEnv
+from calf_core.networked_env import ENV_ID, NetworkedEnv
 from calf_core.profiles import Profile
 from calf_core.task_spec import HoldMode, TaskSpec
 from calf_core.traces import resolve_network
-
-ENV_ID = 'calf/Networked-v0'
 
 
 def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,

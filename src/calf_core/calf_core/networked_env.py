@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
@@ -46,6 +47,8 @@ from calf_core.task_spec import TaskSpec
 from calf_core.timing import BoxBounds, ObservationGate, ObsRecord, Stepper, applied_facts, keep_newest
 
 MESSAGE_OVERHEAD_BYTES = 64
+ENV_ID = 'calf/Networked-v0'
+"""The gymnasium id that builds a NetworkedEnv (``gym.make``, ``gym.make_vec``; registered by :mod:`calf_core.api`)."""
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
 
 
@@ -91,10 +94,13 @@ class SentPlan(NamedTuple):
     checked: bool  # a Box plan found finite and within the bounds when it was built: the env need not check it again
 
 
-class NetworkedEnv(gym.Env):
-    """Wrap ``env`` so that every observation and action crosses a simulated link."""
+class NetworkedEnv(gym.Wrapper):
+    """Wrap ``env`` so that every observation and action crosses a simulated link.
 
-    metadata = {'render_modes': []}
+    A ``gymnasium.Wrapper``: ``.env`` is the next layer, ``.unwrapped`` the innermost env (the user's robot);
+    ``render`` and ``close`` reach them too."""
+
+    metadata = {'render_modes': []}  # calf/Networked-v0 takes no render_mode: a user's env renders as it was made
 
     def __init__(self, env: gym.Env, task: TaskSpec, uplink: Link, downlink: Link, compute_ms: float = 0.0,
                  plan_horizon: int = 1, seed: int | None = None) -> None:
@@ -105,7 +111,8 @@ class NetworkedEnv(gym.Env):
             raise ValueError(f'compute_ms must be >= 0, got {compute_ms}')
         if plan_horizon < 1:
             raise ValueError(f'plan_horizon must be >= 1, got {plan_horizon}')
-        self.env, self.task, self.uplink, self.downlink = env, task, uplink, downlink  # gym.Env.spec is gymnasium's
+        super().__init__(env)
+        self.task, self.uplink, self.downlink = task, uplink, downlink  # gym.Wrapper.spec is gymnasium's
         self.dt, self.plan_horizon = task.dt, plan_horizon
         self._dt_ns, self._compute_ns = _to_ns(task.dt), _to_ns(compute_ms / 1e3)
         self.stepper = Stepper(env, task)
@@ -141,6 +148,13 @@ class NetworkedEnv(gym.Env):
         """Called with every observation the env emits, the reset one included, before it is sent: which
         action was applied at that tick, and the state it led to (e.g. imitation labels applied actions)."""
 
+    @property
+    def spec(self) -> EnvSpec | None:
+        """``calf/Networked-v0``'s spec when ``gym.make`` built this env, else None: the links and the task are
+        objects that no spec can remake. (``gym.make`` sets the spec on the innermost env, which CALF built too.)"""
+        spec = self.unwrapped.spec
+        return spec if spec is not None and spec.id == ENV_ID else None
+
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode, one tick after the previous one ended on the links' clock.
 
@@ -149,7 +163,6 @@ class NetworkedEnv(gym.Env):
         on the first reset, the constructor's) reseeds the env and the links' generators
         (``Link.reseed``); it does not restart the link process, so nothing locks to the episode start.
         """
-        super().reset(seed=seed)
         env_seed = None
         if seed is not None or not self._seeded:
             master = np.random.default_rng(self._seed if seed is None else seed)

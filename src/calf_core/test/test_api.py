@@ -54,7 +54,8 @@ def test_plans_of_continuous_actions_widen_the_action_space() -> None:
 
 def test_gym_make_and_make_vec_build_networked_envs() -> None:
     env = gym.make(calf_core.ENV_ID, env='Pendulum-v1', network='wifi_normal')
-    assert isinstance(env.unwrapped, calf_core.NetworkedEnv) and env.unwrapped.dt == 0.05
+    assert isinstance(env.env, calf_core.NetworkedEnv) and env.get_wrapper_attr('dt') == 0.05
+    assert type(env.unwrapped).__name__ == 'PendulumEnv'
     envs = gym.make_vec(calf_core.ENV_ID, num_envs=3, env='CartPole-v1', network='wifi_normal')
     obs, _ = envs.reset(seed=0)
     assert obs.shape == (3, 4)

@@ -159,6 +159,27 @@ def test_unseeded_resets_continue_the_seeded_generators() -> None:
     assert lengths(5) != lengths(6)
 
 
+def test_networked_env_is_a_wrapper_whose_unwrapped_is_the_users_env() -> None:
+    inner = gym.make('Pendulum-v1')
+    env = calf_core.wrap(inner, network='wifi_normal')
+    assert isinstance(env, gym.Wrapper) and env.env is inner and env.unwrapped is inner.unwrapped
+    assert type(env.unwrapped).__name__ == 'PendulumEnv' and env.spec is None
+    made = gym.make(calf_core.ENV_ID, env='Pendulum-v1', network='wifi_normal')
+    assert type(made.unwrapped).__name__ == 'PendulumEnv' and made.get_wrapper_attr('task').name == 'Pendulum-v1'
+    assert made.spec.id == calf_core.ENV_ID and made.spec.kwargs['network'] == 'wifi_normal'
+
+
+@pytest.mark.parametrize('make', [lambda: calf_core.wrap(gym.make('Pendulum-v1'), network='wifi_degraded'),
+                                  lambda: gym.make(calf_core.ENV_ID, env='Pendulum-v1', network='wifi_normal'),
+                                  lambda: calf_core.wrap(gym.make('CartPole-v1'), network='wifi_normal', plan_horizon=3)],
+                         ids=['wrap', 'gym.make', 'plans'])
+def test_gymnasium_and_sb3_env_checkers_pass_on_the_wrapper(make) -> None:
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    check_env(make())  # gym.make's env has a spec: the checker remakes it from that
+    sb3_check_env(make())
+
+
 def test_env_checker_passes_for_cartpole_and_minigrid() -> None:
     check_env(make_networked_env('cartpole', load_profile('wifi_normal'), seed=0), skip_render_check=True)
     check_env(make_networked_env('minigrid', load_profile('wifi_normal'), seed=0), skip_render_check=True)
