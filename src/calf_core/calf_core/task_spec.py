@@ -71,7 +71,7 @@ class TaskSpec:
     algo: str | None = None  # None: ppo, unless ``calf train --algo`` says otherwise
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool) and self.dt > 0):
+        if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool) and 0 < self.dt < float('inf')):
             raise ConfigError(f'task {self.name}: dt must be a tick period in seconds > 0, got {self.dt!r}')
         if self.hold is HoldMode.NOOP and self.noop_action is None:
             raise ConfigError(f'task {self.name}: hold noop needs a noop_action')

@@ -1,6 +1,8 @@
 """The public API: calf_core.wrap and calf/Networked-v0, and the pure core's independence from ROS."""
 from __future__ import annotations
 
+import importlib
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +12,12 @@ import numpy as np
 import pytest
 
 import calf_core
-from calf_core.errors import ConfigError
+from calf_core.errors import ConfigError, ConfigTypeError
+from calf_core.limits import MAX_PLAN_HORIZON
 from calf_core.task_spec import HoldMode
 
 TRACE_BAG = Path(__file__).resolve().parents[3] / 'results' / 'traces' / 'wifi_degraded_live'
+FIXTURES = Path(__file__).resolve().parents[3] / 'tests' / 'fixtures'  # hostile_envs: entry points that break rules
 
 
 def rollout(env: gym.Env, seed: int) -> tuple[float, int]:
@@ -43,6 +47,44 @@ def test_wrap_asks_for_dt_when_the_env_has_none() -> None:
     with pytest.raises(ConfigError, match=r'has no dt of its own: give its tick period, wrap\(env, dt=SECONDS\)'):
         calf_core.wrap(gym.make('MountainCarContinuous-v0'))
     assert calf_core.wrap(gym.make('MountainCarContinuous-v0'), dt=0.1).dt == 0.1
+
+
+BAD_WRAPS = {  # the call: (the error class, what its one line says)
+    'wrap(42)': (lambda: calf_core.wrap(42), ConfigTypeError, 'env must be a gymnasium env or an env name'),
+    'wrap(None)': (lambda: calf_core.wrap(None), ConfigTypeError, 'got NoneType None'),
+    'dt=inf': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), dt=math.inf), ConfigError, 'dt must be'),
+    'dt=nan': (lambda: calf_core.wrap(gym.make('MountainCarContinuous-v0'), dt=math.nan), ConfigError, 'dt must be'),
+    'dt as text': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), dt='0.05'), ConfigTypeError, 'dt must be'),
+    'plan_horizon=10**9': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), plan_horizon=10 ** 9), ConfigError,
+                           f'plan_horizon must be in [1, {MAX_PLAN_HORIZON}], got 1000000000'),
+    'plan_horizon=0': (lambda: calf_core.wrap('Pendulum-v1', plan_horizon=0), ConfigError, 'plan_horizon must be in'),
+    'plan_horizon giant': (lambda: calf_core.wrap('Pendulum-v1', plan_horizon=10 ** 5000), ConfigError,
+                           'an integer of 16610 bits'),
+    'plan_horizon=2.0': (lambda: calf_core.wrap('Pendulum-v1', plan_horizon=2.0), ConfigTypeError,
+                         'plan_horizon must be an integer'),
+    'seed=-1': (lambda: calf_core.wrap('Pendulum-v1', seed=-1), ConfigError, 'seed must be in [0, '),
+    'network=3': (lambda: calf_core.wrap('Pendulum-v1', network=3), ConfigTypeError, 'network must be'),
+    'task=3': (lambda: calf_core.wrap('Pendulum-v1', task=3), ConfigTypeError, 'task must be a TaskSpec'),
+    'gym.make plan_horizon=5000': (lambda: gym.make(calf_core.ENV_ID, env='Pendulum-v1', plan_horizon=5000),
+                                   ConfigError, 'plan_horizon must be in'),
+    'an env object with too many observation values': (
+        lambda: calf_core.wrap(importlib.import_module('hostile_envs').wide_observation()), ConfigError,
+        'values, more than CALF carries'),
+    'an entry point that emits NaN': (lambda: calf_core.wrap('hostile_envs:nan_at_reset'), ConfigError,
+                                      'env hostile_envs:nan_at_reset: reset returned an observation with NaN'),
+    'an entry point that exits': (lambda: calf_core.wrap('hostile_envs:exits'), ConfigError,
+                                  'constructing it raised SystemExit: 7'),
+}
+
+
+@pytest.mark.parametrize('case', BAD_WRAPS)
+def test_bad_wrap_arguments_are_one_line_config_errors(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    call, kind, message = BAD_WRAPS[case]
+    with pytest.raises(kind) as info:
+        call()
+    assert isinstance(info.value, ValueError) and message in str(info.value) and '\n' not in str(info.value)
+    assert isinstance(info.value, TypeError) == (kind is ConfigTypeError)
 
 
 def test_plans_of_continuous_actions_widen_the_action_space() -> None:
