@@ -1,17 +1,22 @@
-"""Hostile traffic against running nodes (classes 1 and 7): oversized plans are refused at the env's edge
-and counted while episodes go on; one forged observation cannot silence the policy."""
+"""Hostile traffic against running nodes (classes 1 and 7): oversized plans and out-of-bounds continuous actions
+are refused at the env's edge, counted and logged while episodes go on; one forged observation cannot silence
+the policy; under a flood, the shim's counters account for every message sent."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
+from rcl_interfaces.msg import Log
+from ros_helpers import new_context
 from test_env_policy_nodes import Graph, Probe, env_node, linked, policy_node
 
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
+from calf_bringup.message_flood import run_flood
 from calf_core.timing import Verdict
 from calf_msgs.msg import Action, Observation
+from calf_ros.qos import RESULTS
 
 pytestmark = pytest.mark.ros
 
@@ -66,3 +71,33 @@ def test_one_forged_observation_does_not_silence_the_policy(graph: Graph, checkp
     assert graph.until(lambda: policy.acted > acted + 20 and len(probe.results) > done, 60.0)
     assert sum(r.actions_applied for r in probe.results[done:]) > 0
     assert not [a for a in probe.actions if a.episode == 2 ** 32 - 1], 'the forgery was never answered'
+
+
+def test_an_out_of_bounds_continuous_action_is_rejected_counted_and_logged(graph: Graph) -> None:
+    probe = graph.add(Probe(graph.context, 'h3', observe=True))
+    logs: list[str] = []
+    probe.create_subscription(Log, '/rosout', lambda log: logs.append(log.msg), RESULTS)
+    env = env_node(graph, 'h3', env='Pendulum-v1', stats_period_s=0.2)  # actions in [-2, 2]
+    assert graph.until(lambda: probe.observations and linked(probe.action_pub, env), 30.0)
+    for _ in range(50):  # best effort: repeat until one arrives
+        last = probe.observations[-1]
+        probe.action_pub.publish(Action(episode=last.episode, obs_seq=last.seq, continuous=[1e30]))
+        if graph.until(lambda: env.rejected > 0, 0.2):
+            break
+    assert env.rejected > 0 and env.rejected == env.verdicts[Verdict.INVALID]
+    assert graph.until(lambda: probe.stats and probe.stats[-1].rejected == env.rejected, 10.0)
+    assert graph.until(lambda: any('outside the action space Box(-2.0, 2.0' in line for line in logs), 10.0), logs
+
+
+@pytest.mark.slow
+def test_the_shim_counters_account_for_every_message_of_a_flood() -> None:
+    """Seconds of Observations as fast as a publisher sends them: most never reach the shim's callback (its
+    KEEP_LAST history of 10 is overwritten), and each is counted in received or dropped_middleware."""
+    context = new_context()
+    try:
+        report = run_flood(context, seconds=3.0)
+    finally:
+        context.try_shutdown()
+    assert report['settled'] and report['sent'] > 1000, report
+    assert 0.99 * report['sent'] <= report['accounted'] <= 1.01 * report['sent'], report
+    assert report['rejected'] == 0 and report['received'] >= report['delivered'] > 0, report

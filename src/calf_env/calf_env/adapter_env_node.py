@@ -12,9 +12,8 @@ adapter file; the env node's ``qos_*`` parameters do not apply.
 
 A command carries no observation number: it answers the newest observation, so its end-to-end
 latency (``link_stats``, ``episode_result``) is measured from that one, a lower bound. A command
-with a wrong number of values, a NaN or a value outside the table's range is counted
-(``rejected``) and logged on one line; a continuous one outside the env's bounds is refused by the
-stepper, as over calf_msgs.
+with a wrong number of values, a NaN or a value outside the table's range, or a continuous one
+outside the env's bounds, is counted (``rejected``) and logged on one line, as over calf_msgs.
 """
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.subscription import MessageInfo
 
 from calf_core.errors import ConfigError, MessageError
 from calf_core.timing import ObsRecord
@@ -69,9 +69,10 @@ class AdapterEnvNode(EnvNode):
             msg.header.stamp = self.get_clock().now().to_msg()
         self._obs_pub.publish(msg)
 
-    def _on_command(self, msg: Any) -> None:
+    def _on_command(self, msg: Any, info: MessageInfo) -> None:
         _, now = self._now()
         self.actions_received += 1
+        self.losses.on_message(info)
         try:
             action = self.adapter.action.decode(msg, self.stepper.action_shape)
         except MessageError as err:

@@ -27,14 +27,15 @@ from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
+from rclpy.subscription import MessageInfo
 
 from calf_core.envs import make_stepper
 from calf_core.errors import MessageError
-from calf_core.limits import add_count
 from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.conversions import link_stats_msg, msg_to_plan, obs_to_msg, summary_to_msg
+from calf_ros.losses import MiddlewareLosses
 from calf_ros.node_main import run_node
 from calf_ros.qos import RESULTS
 
@@ -50,7 +51,8 @@ class EnvNode(Node):
         self.finished = threading.Event()
         self.error: str | None = None
         self.verdicts: Counter[Verdict] = Counter()
-        self.actions_received = self.rejected = self.dropped_middleware = 0
+        self.actions_received = self.rejected = 0
+        self.losses = MiddlewareLosses()  # actions lost before the action callback (LinkStats.dropped_middleware)
         self.episodes_done = self.missed_ticks = 0
         self.gate = StartGate(cfg.wait_for_policy, cfg.policy_timeout_s)
         self._counting = False  # the current episode is one of the count (it started after the gate opened)
@@ -146,9 +148,10 @@ class EnvNode(Node):
         self.get_logger().info(f'{self.episodes_done} episodes done, {self.missed_ticks} tick deadlines missed')
         return False
 
-    def _on_action(self, msg: Action) -> None:
+    def _on_action(self, msg: Action, info: MessageInfo) -> None:
         _, now = self._now()
         self.actions_received += 1
+        self.losses.on_message(info)
         try:
             action = msg_to_plan(msg, self.stepper.n_actions, self.stepper.action_shape)
         except MessageError as err:
@@ -161,16 +164,20 @@ class EnvNode(Node):
         self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
 
     def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float) -> None:
-        """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``."""
+        """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``;
+        one the stepper refuses (out of the action space) is rejected like a malformed message."""
         with self._lock:
             self.gate.heard(now)
             measured = len(self.stepper.e2e_ms)
             verdict = self.stepper.on_action(obs_seq, episode, plan, now)
             self._window.extend(self.stepper.e2e_ms[measured:])
         self.verdicts[verdict] += 1
+        if verdict is Verdict.INVALID:
+            self._reject(MessageError(f'action for obs {obs_seq}: outside the action space '
+                                      f'{self.stepper.env.action_space}'))
 
     def _on_lost(self, info: QoSMessageLostInfo) -> None:
-        self.dropped_middleware = add_count(self.dropped_middleware, info.total_count_change)
+        self.losses.on_reported(info.total_count_change)
 
     def _publish_stats(self) -> None:
         """Counters since the start; latency percentiles over the actions since the last report."""
@@ -180,7 +187,7 @@ class EnvNode(Node):
         self._stats_pub.publish(link_stats_msg(
             next(self._stats_seq), self.get_fully_qualified_name(), LinkStats.DIRECTION_END_TO_END, self._now()[0],
             percentiles, received=self.actions_received, delivered=self.verdicts[Verdict.ACCEPTED],
-            rejected=self.rejected, dropped_middleware=self.dropped_middleware))
+            rejected=self.rejected, dropped_middleware=self.losses.count))
 
     def destroy_node(self) -> None:
         self._stop.set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rclpy.event_handler import (
@@ -22,9 +22,9 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.subscription import Subscription
 
-from calf_core.limits import add_count
 from calf_msgs.msg import LinkStats
 from calf_ros.conversions import link_stats_msg
+from calf_ros.losses import MiddlewareLosses
 from calf_ros.qos import RESULTS
 from calf_shim.relay import Relay, ReleaseThread
 
@@ -62,7 +62,7 @@ class Lane:
 
     reporter: str  # LinkStats.reporter
     direction: int  # LinkStats.direction
-    dropped_middleware: int = 0  # messages the middleware reported lost on the lane's input
+    losses: MiddlewareLosses = field(default_factory=MiddlewareLosses)  # lost before the lane's input callback
 
 
 class ShimBase(Node):
@@ -89,10 +89,11 @@ class ShimBase(Node):
         lane = self.lanes[index]
 
         def on_lost(info: QoSMessageLostInfo) -> None:
-            lane.dropped_middleware = add_count(lane.dropped_middleware, info.total_count_change)
+            lane.losses.on_reported(info.total_count_change)
 
         def on_message(data: bytes, info: dict) -> None:
             when = received_s(info)
+            lane.losses.on_message(info)
             releases = self.releaser.submit(index, data, len(data), when)
             if on_relayed is not None:
                 on_relayed(data, when, releases)
@@ -113,7 +114,7 @@ class ShimBase(Node):
             self._stats.publish(link_stats_msg(
                 self._stats_seq, lane.reporter, lane.direction, stamp_ns, latency_ms, received=c.received,
                 delivered=c.delivered, dropped_injected=c.dropped_injected, dropped_queue=c.dropped_queue,
-                dropped_middleware=lane.dropped_middleware,
+                dropped_middleware=lane.losses.count,
                 dropped_middleware_estimated=self.estimated_losses(index)))
             self._stats_seq += 1
 
