@@ -14,6 +14,7 @@ a profile spec; `MODELS` maps each model name to its class.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from enum import Enum
@@ -23,6 +24,12 @@ import numpy as np
 
 from calf_core.link import DrawBuffer, IndependentStage, Packet, SingleCopyStage, Stage
 from calf_core.profile_schema import check_stage, dist_mean
+
+MAX_RENEWALS = 512
+"""Most stall windows a stall stage keeps, and most renewals (windows, level holds) it draws for one
+message. When a message lies further ahead of the process than that many mean cycles (a long idle link,
+a message held far back upstream), the process re-enters its stationary regime that many cycles before
+the message, as it entered it at the first: the cost per message stays bounded whatever the numbers."""
 
 
 class FixedDelay(IndependentStage):
@@ -261,30 +268,47 @@ class Stall(SingleCopyStage):
 
     def reset(self) -> None:
         self._started = False
-        self._windows: deque[tuple[float, float]] = deque()
+        self._starts: list[float] = []  # the windows, in time order and disjoint: starts and ends
+        self._ends: list[float] = []
+        self._head = 0  # windows before this one ended before the newest send: no later arrival is in them
         self._next_start_s = math.inf
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
         if not self._started:
             self._start(send_s, rng)
         t = arrive_s
+        if self._next_start_s <= t:
+            self._extend(t, rng)
+        starts, ends, head = self._starts, self._ends, self._head
+        while head < len(ends) and ends[head] <= send_s:
+            head += 1  # later packets arrive after this send, so never in these windows
+        if head > MAX_RENEWALS and 2 * head > len(ends):
+            del starts[:head], ends[:head]
+            head = 0
+        self._head = head
+        i = bisect_right(starts, t, head) - 1
+        return ends[i] if i >= head and t < ends[i] else t
+
+    def _extend(self, t: float, rng: np.random.Generator) -> None:
+        """Draw the windows up to time t (see MAX_RENEWALS); keep at most MAX_RENEWALS of them."""
+        horizon = MAX_RENEWALS * (self.duration.mean + self.gap.mean)
+        if t - self._next_start_s > horizon:
+            self._start(t - horizon, rng)
+        starts, ends = self._starts, self._ends
         while self._next_start_s <= t:
             end = self._next_start_s + self.duration.sample(rng)
-            self._windows.append((self._next_start_s, end))
+            starts.append(self._next_start_s)
+            ends.append(end)
             self._next_start_s = end + self.gap.sample(rng)
-        while self._windows and self._windows[0][1] <= send_s:
-            self._windows.popleft()  # later packets arrive after this send, so never in these windows
-        for start, end in self._windows:
-            if start <= t < end:
-                return end
-        return t
+        self._head = max(self._head, len(ends) - MAX_RENEWALS)
 
     def _start(self, now_s: float, rng: np.random.Generator) -> None:
         """Enter the process at a random instant of its stationary regime."""
         self._started = True
         if float(rng.random()) < self.stalled_fraction:
             end = now_s + self.duration.residual(rng)
-            self._windows.append((now_s, end))
+            self._starts.append(now_s)
+            self._ends.append(end)
             self._next_start_s = end + self.gap.sample(rng)
         else:
             self._next_start_s = now_s + self.gap.residual(rng)
@@ -310,7 +334,7 @@ class DriftingDelay(SingleCopyStage):
         self._level_s, self._until_s, self._started = 0.0, -math.inf, False
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        if not self._started:
+        if not self._started or send_s - self._until_s > MAX_RENEWALS * self.hold.mean:  # see MAX_RENEWALS
             self._started = True
             self._level_s, self._until_s = self.level.sample(rng), send_s + self.hold.residual(rng)
         while send_s >= self._until_s:
@@ -390,9 +414,11 @@ class TraceReplay(SingleCopyStage):
 
     MODEL = "trace_replay"
 
-    def __init__(self, delays_ms: Sequence[float], lost: Sequence[bool] | None = None, mode: str = "loop") -> None:
-        self.lost = tuple(bool(x) for x in lost) if lost is not None else (False,) * len(delays_ms)
-        self.delays_s = tuple(0.0 if gone else d / 1e3 for d, gone in zip(delays_ms, self.lost))
+    def __init__(self, delays_ms: Sequence[float] | np.ndarray, lost: Sequence[bool] | np.ndarray | None = None,
+                 mode: str = "loop") -> None:
+        delays = np.asarray(delays_ms, dtype=np.float64)
+        self.lost = np.asarray(lost, dtype=bool) if lost is not None else np.zeros(delays.size, dtype=bool)
+        self.delays_s = np.where(self.lost, 0.0, delays / 1e3)
         self.mode = TraceMode(mode)
         self._index: int | None = None
 
@@ -406,7 +432,7 @@ class TraceReplay(SingleCopyStage):
         self._index = (i + 1) % len(self.delays_s)
         if self.lost[i]:
             return None
-        return arrive_s + self.delays_s[i]
+        return arrive_s + float(self.delays_s[i])
 
 
 MODELS: dict[str, type] = {

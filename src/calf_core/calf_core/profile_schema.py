@@ -4,23 +4,36 @@ This module is the one place a profile is validated. ``check_stage(spec)`` check
 (unknown, missing and mistyped keys, values outside their bounds, rules that tie keys together)
 before anything is built, and returns its parameters with the defaults filled in;
 ``check_profile_keys(data, name)`` does the same for the top level. Errors are one line naming the
-stage and the key. ``json_schema()`` renders the same schema as JSON Schema (``calf profile schema
+stage and the key; they quote a key or value only once the file has shown itself a profile (a
+mapping with an ``uplink`` key), so a file given by mistake is not echoed. Every time, rate, size and
+length has bounds closed on both sides: a positive time has a floor, so no stage is asked for more
+than a few events per millisecond of link time, and a trace replay has its own, larger size rule
+(``MAX_REPLAY_VALUES``, read from a compact form). ``json_schema()`` renders the same schema as JSON Schema (``calf profile schema
 --json``) and ``schema_text()`` as a reference table (``calf profile schema``).
 """
 from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from calf_core.errors import ConfigError
 
 REQUIRED = object()  # marks a key with no default
 MAX_DELAY_MS = 60_000.0  # one minute: any single delay, jitter or stall longer is refused
 MAX_PERIOD_MS = 3_600_000.0  # one hour: the longest stall period or gap
-MAX_LIST = 10_000_000  # entries of a trace or histogram
+MIN_DELAY_MS = 1e-3  # one microsecond: the smallest positive delay parameter (a median, a scale, a mean)
+MIN_EVENT_MS = 1.0  # the shortest stall duration, gap or period and level hold (each parameter of its draw)
+MAX_STAGES = 32  # stages in one direction
+MAX_LIST = 100_000  # edges and weights of a histogram
+MAX_REPLAY_VALUES = 4_000_000  # records of one trace_replay stage: 22 hours at 50 Hz
+MAX_PROFILE_BYTES = 96 << 20  # a profile file (a long replay is JSON: its series in the compact form)
+MAX_YAML_PROFILE_BYTES = 256 << 10  # a profile file read as YAML (the YAML parser takes seconds per megabyte)
 DIST_KINDS = ('fixed', 'uniform', 'exponential', 'lognormal')
 
 
@@ -29,13 +42,12 @@ class Key:
     """One key of a stage or of the profile's top level."""
 
     name: str
-    kind: str  # number, integer, boolean, string, choice, numbers, booleans, distribution, reorder, stages
+    kind: str  # number, integer, boolean, string, choice, numbers, series, flags, distribution, reorder, stages
     unit: str
     doc: str
     default: Any = REQUIRED  # REQUIRED, None (optional, absent) or the value used when absent
     low: float | None = None
     high: float | None = None
-    low_open: bool = False  # low itself is refused
     choices: tuple[str, ...] = ()
 
     def describe_default(self) -> str:
@@ -58,7 +70,7 @@ class StageSchema:
 
 
 def _delay(name: str, doc: str, default: Any = REQUIRED, positive: bool = False) -> Key:
-    return Key(name, 'number', 'ms', doc, default, 0.0, MAX_DELAY_MS, low_open=positive)
+    return Key(name, 'number', 'ms', doc, default, MIN_DELAY_MS if positive else 0.0, MAX_DELAY_MS)
 
 
 def _probability(name: str, doc: str, default: Any = REQUIRED) -> Key:
@@ -80,7 +92,7 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
                 'and std_ms, or shape and scale_ms (mean = shape * scale_ms, std = sqrt(shape) * scale_ms)',
                 (_delay('mean_ms', 'mean delay', None, positive=True),
                  _delay('std_ms', 'standard deviation', None, positive=True),
-                 Key('shape', 'number', '1', 'shape k', None, 0.0, 1e6, low_open=True),
+                 Key('shape', 'number', '1', 'shape k', None, 1e-6, 1e6),
                  _delay('scale_ms', 'scale theta', None, positive=True)),
                 '{model: gamma_delay, mean_ms: 20, std_ms: 10}',
                 'exactly one pair: mean_ms and std_ms, or shape and scale_ms'),
@@ -101,21 +113,21 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
     StageSchema('gilbert_elliott', 'burst loss: a good/bad Markov chain stepped once per message; the first '
                 'message draws its state from the stationary distribution; mean burst 1 / p_bad_to_good messages',
                 (_probability('p_good_to_bad', 'per-message move good -> bad'),
-                 Key('p_bad_to_good', 'number', 'probability', 'per-message move bad -> good', low=0.0, high=1.0,
-                     low_open=True),
+                 Key('p_bad_to_good', 'number', 'probability', 'per-message move bad -> good', low=1e-9,
+                     high=1.0),
                  _probability('loss_good', 'loss probability in the good state'),
                  _probability('loss_bad', 'loss probability in the bad state')),
                 '{model: gilbert_elliott, p_good_to_bad: 0.01, p_bad_to_good: 0.3, loss_good: 0.005, loss_bad: 0.5}'),
     StageSchema('stall', 'link outages: a message whose arrival falls in a stall is released when it ends; '
                 'stalls alternate with gaps as one renewal process, started at a random phase',
-                (Key('duration_ms', 'distribution', 'ms', 'how long each stall lasts', low=0.0, high=MAX_DELAY_MS,
-                     low_open=True),
+                (Key('duration_ms', 'distribution', 'ms', 'how long each stall lasts', low=MIN_EVENT_MS,
+                     high=MAX_DELAY_MS),
                  Key('gap_ms', 'distribution', 'ms', 'time from the end of one stall to the start of the next',
-                     None, 0.0, MAX_PERIOD_MS, low_open=True),
+                     None, MIN_EVENT_MS, MAX_PERIOD_MS),
                  Key('period_ms', 'number', 'ms', 'mean time from one stall start to the next (with mode)', None,
-                     0.0, MAX_PERIOD_MS, low_open=True),
-                 Key('rate_hz', 'number', 'Hz', 'stalls per second, 1000 / period_ms (with mode)', None, 0.0,
-                     1000.0, low_open=True),
+                     MIN_EVENT_MS, MAX_PERIOD_MS),
+                 Key('rate_hz', 'number', 'Hz', 'stalls per second, 1000 / period_ms (with mode)', None,
+                     1e3 / MAX_PERIOD_MS, 1e3 / MIN_EVENT_MS),
                  Key('mode', 'choice', '-', 'with period_ms or rate_hz: periodic = gap fixed at period minus '
                      'mean duration; random = that gap exponential', 'periodic', choices=('periodic', 'random'))),
                 '{model: stall, duration_ms: {dist: uniform, low: 150, high: 300}, '
@@ -127,8 +139,8 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
                 'one renewal process in link time, started at a random phase',
                 (Key('level_ms', 'distribution', 'ms', 'the latency level of each period', low=0.0,
                      high=MAX_DELAY_MS),
-                 Key('hold_ms', 'distribution', 'ms', 'how long each level holds', low=0.0, high=MAX_PERIOD_MS,
-                     low_open=True)),
+                 Key('hold_ms', 'distribution', 'ms', 'how long each level holds', low=MIN_EVENT_MS,
+                     high=MAX_PERIOD_MS)),
                 '{model: drifting_delay, level_ms: {dist: uniform, low: 0, high: 80}, '
                 "hold_ms: {dist: exponential, mean: 2000}}"),
     StageSchema('bandwidth', 'a rate-limited FIFO: serialisation size * 8 / rate plus a tail-drop queue',
@@ -140,12 +152,14 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
                 (_probability('p', 'duplication probability'), _delay('extra_delay_ms', 'delay of the copy')),
                 '{model: duplicate, p: 0.01, extra_delay_ms: 5}'),
     StageSchema('trace_replay', 'replays recorded per-message delays and losses in order, wrapping around',
-                (Key('delays_ms', 'numbers', 'ms', 'one delay per message', low=0.0, high=MAX_DELAY_MS),
-                 Key('lost', 'booleans', '-', 'one flag per message (default: none lost)', None),
+                (Key('delays_ms', 'series', 'ms', 'one delay per message: a list, or the compact form, one '
+                     'string of numbers separated by spaces', low=0.0, high=MAX_DELAY_MS),
+                 Key('lost', 'flags', '-', 'one flag per message (default: none lost): a list of true/false, or '
+                     'the compact form, one string of 0 and 1 characters', None),
                  Key('mode', 'choice', '-', 'loop: start at the first record; random_offset: at a random one '
                      '(once, when the link starts)', 'loop', choices=('loop', 'random_offset'))),
                 '{model: trace_replay, delays_ms: [12.1, 13.4, 55.0], lost: [false, false, true]}',
-                'delays_ms non-empty; lost as long as delays_ms'),
+                f'delays_ms non-empty, at most {MAX_REPLAY_VALUES} values; lost as long as delays_ms'),
 )}
 
 DIRECTION_KEYS = ('uplink', 'downlink')
@@ -176,9 +190,14 @@ def check_stage(spec: Any) -> dict[str, Any]:
 
 
 def check_profile_keys(data: Any, name: str) -> dict[str, Any]:
-    """Validate a profile's top level (not its stages); return every key with defaults filled in."""
-    if not isinstance(data, dict):
-        raise ConfigError(f'profile {name!r}: must be a mapping, got {_short(data)}')
+    """Validate a profile's top level (not its stages); return every key with defaults filled in.
+
+    Data that is not a mapping with an ``uplink`` key is not a profile at all (another file given by
+    mistake): the error names only its type, never its content."""
+    if not isinstance(data, dict) or 'uplink' not in data:
+        got = 'a mapping without an uplink key' if isinstance(data, dict) else f'a {type(data).__name__}'
+        raise ConfigError(f'profile {name!r} is not a network profile: expected a mapping with an uplink key '
+                          f'(see calf profile schema), got {got}')
     return _check_keys(f'profile {name!r}', PROFILE_KEYS, data)
 
 
@@ -207,14 +226,14 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ConfigError(f'{where} must be an integer ({key.unit}), got {_short(value)}')
         return int(_bounded(where, key, int(value)))
-    if kind in ('boolean', 'booleans'):
-        items = value if kind == 'booleans' else [value]
-        if kind == 'booleans' and not isinstance(value, list):
-            raise ConfigError(f'{where} must be a list of true/false, got {_short(value)}')
-        if len(items) > MAX_LIST or not all(isinstance(item, bool) for item in items):
-            raise ConfigError(f'{where} must be {"a list of " if kind == "booleans" else ""}true or false, '
-                              f'got {_short(value)}')
+    if kind == 'boolean':
+        if not isinstance(value, bool):
+            raise ConfigError(f'{where} must be true or false, got {_short(value)}')
         return value
+    if kind == 'series':
+        return _series(where, key, value)
+    if kind == 'flags':
+        return _flags(where, value)
     if kind == 'string':
         if not isinstance(value, str):
             raise ConfigError(f'{where} must be a string, got {_short(value)}')
@@ -242,9 +261,9 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
     if kind == 'stages':
         if key.name == 'downlink' and value == 'same':
             return value
-        if not isinstance(value, list):
-            raise ConfigError(f'{where} must be a list of stage specs{" or same" if key.name == "downlink" else ""}'
-                              f', got {_short(value)}')
+        if not isinstance(value, list) or len(value) > MAX_STAGES:
+            raise ConfigError(f'{where} must be a list of at most {MAX_STAGES} stage specs'
+                              f'{" or same" if key.name == "downlink" else ""}, got {_short(value)}')
         return value
     raise AssertionError(kind)
 
@@ -256,16 +275,65 @@ def _number(where: str, value: Any, unit: str) -> float:
 
 
 def _bounded(where: str, key: Key, number: float) -> float:
-    low_ok = key.low is None or (number > key.low if key.low_open else number >= key.low)
-    if not low_ok or (key.high is not None and number > key.high):
+    if (key.low is not None and number < key.low) or (key.high is not None and number > key.high):
         raise ConfigError(f'{where} must be {_range(key)}, got {number:g}')
     return number
 
 
 def _range(key: Key) -> str:
     unit = '' if key.unit in ('1', '-', 'probability') else f' {key.unit}'
-    left = '(' if key.low_open else '['
-    return f'in {left}{key.low:g}, {key.high:g}]{unit}'
+    return f'in [{key.low:g}, {key.high:g}]{unit}'
+
+
+def _series(where: str, key: Key, value: Any) -> np.ndarray:
+    """A list of numbers, or their compact form (one string, numbers separated by spaces), as a float array."""
+    if isinstance(value, str):
+        if _tokens(value) > MAX_REPLAY_VALUES:
+            raise ConfigError(f'{where} holds more than {MAX_REPLAY_VALUES} values: split the trace')
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            try:
+                array = np.fromstring(value, dtype=np.float64, sep=' ')
+            except (ValueError, DeprecationWarning):
+                raise ConfigError(f'{where} must be numbers ({key.unit}) separated by spaces: one is not a '
+                                  f'number') from None
+    elif isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype == np.float64:
+        array = value
+    elif isinstance(value, list) and len(value) <= MAX_REPLAY_VALUES:
+        if not all(isinstance(item, numbers.Real) and not isinstance(item, bool) for item in value):
+            raise ConfigError(f'{where} must be a list of numbers ({key.unit}), got {_short(value)}')
+        array = np.array(value, dtype=np.float64)
+    else:
+        raise ConfigError(f'{where} must be a list of at most {MAX_REPLAY_VALUES} numbers ({key.unit}) or one '
+                          f'string of them separated by spaces, got {_short(value)}')
+    if not 0 < array.size <= MAX_REPLAY_VALUES:
+        raise ConfigError(f'{where} must hold 1 to {MAX_REPLAY_VALUES} values, got {array.size}')
+    bad = np.flatnonzero(~((array >= key.low) & (array <= key.high)))  # NaN fails both
+    if bad.size:
+        raise ConfigError(f'{where}[{bad[0]}] must be {_range(key)}, got {array[bad[0]]:g}')
+    return array
+
+
+def _tokens(text: str) -> int:
+    """How many whitespace-separated tokens `text` holds, counted without splitting it."""
+    chars = np.frombuffer(text.encode('utf-8', 'surrogatepass'), dtype=np.uint8)
+    space = (chars == 32) | ((chars >= 9) & (chars <= 13))
+    return int(np.count_nonzero(~space[1:] & space[:-1])) + int(chars.size > 0 and not space[0])
+
+
+def _flags(where: str, value: Any) -> np.ndarray:
+    """A list of true/false, or their compact form (one string of 0 and 1 characters), as a bool array."""
+    if isinstance(value, str) and len(value) <= MAX_REPLAY_VALUES:
+        chars = np.frombuffer(value.encode('utf-8', 'surrogatepass'), dtype=np.uint8)
+        if chars.size != len(value) or not np.all((chars == 48) | (chars == 49)):
+            raise ConfigError(f'{where} must be a string of 0 and 1 characters, one per message')
+        return chars == 49
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype == np.bool_:
+        return value
+    if isinstance(value, list) and len(value) <= MAX_REPLAY_VALUES and all(isinstance(v, bool) for v in value):
+        return np.array(value, dtype=bool)
+    raise ConfigError(f'{where} must be a list of at most {MAX_REPLAY_VALUES} true/false or one string of 0 and '
+                      f'1 characters, got {_short(value)}')
 
 
 def _distribution(where: str, key: Key, value: Any) -> dict[str, Any]:
@@ -275,7 +343,7 @@ def _distribution(where: str, key: Key, value: Any) -> dict[str, Any]:
     dist = value.get('dist')
     if dist not in DIST_PARAMS:
         raise ConfigError(f'{where}: dist must be one of {", ".join(DIST_KINDS)}, got {_short(dist)}')
-    scale = Key('', 'number', key.unit, '', low=key.low, high=key.high, low_open=key.low_open)
+    scale = Key('', 'number', key.unit, '', low=key.low, high=key.high)
     keys = tuple(SIGMA if p == 'sigma' else replace(scale, name=p) for p in DIST_PARAMS[dist])
     params = _check_keys(f'{where} ({dist})', (Key('dist', 'string', '-', ''), *keys), value)
     if dist == 'uniform' and not params['low'] < params['high']:
@@ -326,7 +394,7 @@ def _stall_rule(params: dict[str, Any]) -> None:
 
 def _trace_rule(params: dict[str, Any]) -> None:
     lost = params.get('lost')
-    if lost is not None and len(lost) != len(params['delays_ms']):
+    if lost is not None and lost.size != params['delays_ms'].size:
         raise ConfigError(f'trace_replay: lost must be as long as delays_ms, got {len(lost)} and '
                           f'{len(params["delays_ms"])}')
 
@@ -353,7 +421,7 @@ def _json_key(key: Key) -> dict[str, Any]:
     out: dict[str, Any] = {'description': f'{key.doc} ({key.unit})' if key.unit not in ('-', '1') else key.doc}
     bounds: dict[str, Any] = {}
     if key.low is not None:
-        bounds['exclusiveMinimum' if key.low_open else 'minimum'] = key.low
+        bounds['minimum'] = key.low
     if key.high is not None:
         bounds['maximum'] = key.high
     if key.kind in _JSON_TYPES:
@@ -361,21 +429,27 @@ def _json_key(key: Key) -> dict[str, Any]:
     elif key.kind == 'choice':
         out['enum'] = list(key.choices)
     elif key.kind == 'numbers':
-        out.update(type='array', minItems=1, items={'type': 'number', **bounds})
-    elif key.kind == 'booleans':
-        out.update(type='array', items={'type': 'boolean'})
+        out.update(type='array', minItems=1, maxItems=MAX_LIST, items={'type': 'number', **bounds})
+    elif key.kind == 'series':
+        out['oneOf'] = [{'type': 'array', 'minItems': 1, 'maxItems': MAX_REPLAY_VALUES,
+                         'items': {'type': 'number', **bounds}},
+                        {'type': 'string', 'pattern': r'^\s*\S+(\s+\S+)*\s*$'}]
+    elif key.kind == 'flags':
+        out['oneOf'] = [{'type': 'array', 'maxItems': MAX_REPLAY_VALUES, 'items': {'type': 'boolean'}},
+                        {'type': 'string', 'pattern': '^[01]*$', 'maxLength': MAX_REPLAY_VALUES}]
     elif key.kind == 'distribution':
         out['oneOf'] = [{'type': 'number', **bounds}] + [
             {'type': 'object', 'additionalProperties': False, 'required': ['dist', *params],
              'properties': {'dist': {'const': dist},
-                            **{p: {'type': 'number', **({'minimum': 0, 'maximum': 5} if p == 'sigma' else bounds)}
+                            **{p: {'type': 'number', **({'minimum': SIGMA.low, 'maximum': SIGMA.high}
+                                                        if p == 'sigma' else bounds)}
                                for p in params}}}
             for dist, params in DIST_PARAMS.items()]
     elif key.kind == 'reorder':
         out['oneOf'] = [{'type': 'boolean'}, {'type': 'object', 'additionalProperties': False,
                                               'properties': {d: {'type': 'boolean'} for d in DIRECTION_KEYS}}]
     elif key.kind == 'stages':
-        stages = {'type': 'array', 'items': {'$ref': '#/$defs/stage'}}
+        stages = {'type': 'array', 'maxItems': MAX_STAGES, 'items': {'$ref': '#/$defs/stage'}}
         out.update(oneOf=[stages, {'const': 'same'}] if key.name == 'downlink' else stages)
     if key.default not in (REQUIRED, None) and key.name != 'name':
         out['default'] = key.default
@@ -407,10 +481,16 @@ def _bounds_text(key: Key) -> str:
 def schema_text() -> str:
     """The schema as a plain-text reference: top-level keys, then each stage with an example."""
     lines = ['Profile keys (key, type, unit, default, bounds: description):']
-    lines += [f'  {k.name}: {k.kind}, {k.unit}, default {k.describe_default()}: {k.doc}' for k in PROFILE_KEYS]
-    lines += ['', 'A distribution (stall duration_ms, gap_ms) is a number (fixed) or one of: '
-              '{dist: fixed, value}, {dist: uniform, low, high}, {dist: exponential, mean}, '
-              '{dist: lognormal, median, sigma}, in the key\'s unit.', '', 'Stages:']
+    lines += [f'  {k.name}: {k.kind}, {k.unit}, default {k.describe_default()}'
+              f'{", " + _bounds_text(k) if _bounds_text(k) else ""}: {k.doc}' for k in PROFILE_KEYS]
+    lines += ['', 'A distribution (stall duration_ms, gap_ms; drifting_delay level_ms, hold_ms) is a number '
+              '(fixed) or one of: {dist: fixed, value}, {dist: uniform, low, high}, {dist: exponential, mean}, '
+              '{dist: lognormal, median, sigma}, in the key\'s unit; each of its parameters but sigma within the '
+              'key\'s bounds.', '',
+              f'Sizes: uplink and downlink hold at most {MAX_STAGES} stages each, a histogram at most {MAX_LIST} '
+              f'values, a trace_replay stage at most {MAX_REPLAY_VALUES} records. A profile file is read up to '
+              f'{MAX_PROFILE_BYTES} bytes if it is one JSON object (as calf trace to-profile --replay writes it), '
+              f'up to {MAX_YAML_PROFILE_BYTES} bytes if it is YAML.', '', 'Stages:']
     for s in STAGES.values():
         lines.append(f'  {s.model}: {s.doc}')
         for k in s.keys:

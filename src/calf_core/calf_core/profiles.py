@@ -12,7 +12,9 @@ A profile file (a built-in one is ``calf_core/networks/<name>.yaml``) looks like
 
 Every key, stage and unit is in ``calf_core.profile_schema`` (``calf profile schema``), which
 validates the whole file before any link is built. Files are recognised as network profiles by
-their `uplink` key.
+their `uplink` key. A file is read up to ``MAX_YAML_PROFILE_BYTES`` as YAML, or up to
+``MAX_PROFILE_BYTES`` as one JSON object (JSON is YAML; a long trace replay is written so, its
+series in the compact form).
 """
 from __future__ import annotations
 
@@ -26,8 +28,15 @@ import numpy as np
 from calf_core.errors import ConfigError
 from calf_core.link import Link
 from calf_core.models import build_stage
-from calf_core.profile_schema import DIRECTION_KEYS, PROFILE_KEYS, check_profile_keys
-from calf_core.yaml_files import read_yaml
+from calf_core.profile_schema import (
+    DIRECTION_KEYS,
+    MAX_PROFILE_BYTES,
+    MAX_YAML_PROFILE_BYTES,
+    PROFILE_KEYS,
+    check_profile_keys,
+    check_stage,
+)
+from calf_core.yaml_files import read_document
 
 NETWORKS_DIR = Path(__file__).resolve().parent / "networks"  # the built-in profiles
 
@@ -101,18 +110,20 @@ class E2EStats(NamedTuple):
 
 
 def _stage_specs(name: str, direction: str, value: list) -> tuple[dict, ...]:
-    specs = tuple(dict(spec) if isinstance(spec, dict) else spec for spec in value)
-    for i, spec in enumerate(specs):
+    """The validated stage specs; a trace replay's series are kept as the arrays they parse to."""
+    specs = []
+    for i, spec in enumerate(value):
         try:
-            build_stage(spec)
+            params = check_stage(spec)
         except ConfigError as err:
             raise ConfigError(f"profile {name!r} {direction}[{i}]: {err}") from None
-    return specs
+        specs.append({**spec, **{k: v for k, v in params.items() if k in spec and isinstance(v, np.ndarray)}})
+    return tuple(specs)
 
 
 def profile_from_dict(data: dict, name: str) -> Profile:
     """Validate a parsed profile against the schema; `name` is used when the data has no `name` key."""
-    if isinstance(data, dict) and isinstance(data.get("name"), str):
+    if isinstance(data, dict) and "uplink" in data and isinstance(data.get("name"), str):
         name = data["name"]
     values = check_profile_keys(data, name)
     uplink = _stage_specs(name, "uplink", values["uplink"])
@@ -146,7 +157,7 @@ def load_profile(name_or_path: str) -> Profile:
             raise ConfigError(
                 f"unknown network profile {name_or_path!r} (available: {', '.join(available_profiles())})"
             )
-    return profile_from_dict(read_yaml(path, 'profile'), path.stem)
+    return profile_from_dict(read_document(path, 'profile', MAX_PROFILE_BYTES, MAX_YAML_PROFILE_BYTES), path.stem)
 
 
 def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2EStats:

@@ -1,12 +1,18 @@
 """Reading CALF's YAML and JSON files: one place, so that every file gets the same bounds and one-line errors.
 
-Every file is read with a size limit before it is parsed. YAML goes through a safe loader that
+Every file is read with a size limit before it is parsed, and only if it is a regular file (a pipe
+or a device is refused at once, before any read could block). YAML goes through a safe loader that
 refuses deep nesting and documents whose aliases expand past a node budget (alias "bombs"); JSON
-is checked for the same nesting depth. A violated bound is a one-line ConfigError naming the file.
+is checked for the same nesting depth. ``read_document`` reads a file that may be either: JSON (a
+YAML subset) is parsed by the fast JSON parser, YAML only up to a smaller size, since the YAML
+parser takes seconds per megabyte. A violated bound is a one-line ConfigError naming the file,
+which never quotes the file's content.
 """
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +59,31 @@ def parse_yaml(text: str, where: str) -> Any:
 
 def read_json(path: Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """Parse a JSON file within the size and depth bounds; any problem is a one-line ConfigError."""
+    return parse_json(_read_text(Path(path), what, max_bytes), f'{what} {str(path)!r}')
+
+
+def read_document(path: Path, what: str, max_bytes: int, max_yaml_bytes: int) -> Any:
+    """Parse a file of up to `max_bytes` that is one JSON object, or YAML of up to `max_yaml_bytes`.
+
+    A document starting with ``{`` is tried as JSON first; if it is not JSON it is read as YAML
+    (a flow mapping), within the YAML bound. One-line ConfigErrors naming `what`.
+    """
     where = f'{what} {str(path)!r}'
     text = _read_text(Path(path), what, max_bytes)
+    if text.lstrip().startswith('{'):
+        try:
+            return parse_json(text, where)
+        except ConfigError:
+            if len(text) > max_yaml_bytes:
+                raise
+    if len(text) > max_yaml_bytes:
+        raise ConfigError(f'{where} is {len(text)} characters of YAML, more than the {max_yaml_bytes} read as '
+                          f'YAML: write a larger {what} as one JSON object (JSON is read up to {max_bytes} bytes)')
+    return parse_yaml(text, where)
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Parse JSON text within the depth bound, refusing NaN and Infinity; `where` names the source."""
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
@@ -67,9 +96,16 @@ def read_json(path: Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> Any:
 
 
 def _read_text(path: Path, what: str, max_bytes: int) -> str:
-    """The file's UTF-8 text, refusing more than `max_bytes` without reading them all."""
+    """The regular file's UTF-8 text, refusing more than `max_bytes` without reading them all."""
+    try:  # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as err:
+        raise ConfigError(f'cannot read {what} {str(path)!r}: {err.strerror or type(err).__name__}') from None
     try:
-        with path.open('rb') as stream:
+        with os.fdopen(fd, 'rb') as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise ConfigError(f'cannot read {what} {str(path)!r}: not a regular file (a directory, pipe or '
+                                  f'device): give a file')
             data = stream.read(max_bytes + 1)
     except OSError as err:
         raise ConfigError(f'cannot read {what} {str(path)!r}: {err.strerror or type(err).__name__}') from None

@@ -309,7 +309,7 @@ def test_gilbert_elliott_losses_are_bursty():
         ({"model": "gilbert_elliott", "p_good_to_bad": 0.1, "p_bad_to_good": 0.5, "loss_good": 0, "loss_bad": 2},
          "loss_bad must be in [0, 1], got 2"),
         ({"model": "gilbert_elliott", "p_good_to_bad": 0.1, "p_bad_to_good": 0, "loss_good": 0, "loss_bad": 1},
-         "p_bad_to_good must be in (0, 1], got 0"),
+         "p_bad_to_good must be in [1e-09, 1], got 0"),
         ({"model": "warp_drive"}, "unknown model 'warp_drive'"),
         ({"model": "bandwidth", "rate_kbps": 0, "queue_packets": 10}, "bandwidth: rate_kbps must be in [1, 1e+08] kbit/s, got 0"),
         ({"model": "bandwidth", "rate_kbps": 1e-300, "queue_packets": 10}, "rate_kbps must be in [1, 1e+08] kbit/s, got 1e-300"),
@@ -334,7 +334,7 @@ def test_gilbert_elliott_losses_are_bursty():
         ({"model": "trace_replay", "delays_ms": [1.0], "lost": [True, False]}, "lost must be as long as delays_ms"),
         ({"model": "drifting_delay", "level_ms": {"dist": "uniform", "low": -5, "high": 80}, "hold_ms": 2000},
          "drifting_delay: level_ms (uniform): low must be in [0, 60000] ms, got -5"),
-        ({"model": "drifting_delay", "level_ms": 10, "hold_ms": 0}, "drifting_delay: hold_ms must be in (0, 3.6e+06] ms"),
+        ({"model": "drifting_delay", "level_ms": 10, "hold_ms": 0}, "drifting_delay: hold_ms must be in [1, 3.6e+06] ms"),
         ({"model": "drifting_delay", "level_ms": 10}, "drifting_delay: missing required key 'hold_ms'"),
     ],
 )

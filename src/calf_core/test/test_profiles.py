@@ -124,7 +124,7 @@ def test_acted_on_e2e_drops_the_overtaken_observations():
         ({"uplink": [], "downlink": [], "reorder": "yes"}, "reorder must be true, false or {uplink: bool, downlink: bool}, got 'yes'"),
         ({"uplink": [], "downlink": [], "reorder": {"uplink": 1}}, "profile 'bad': reorder: uplink must be true or false, got 1"),
         ({"uplink": [], "downlink": [], "name": 5}, "profile 'bad': name must be a string, got 5"),
-        ({"uplink": {"model": "fixed_delay"}, "downlink": []}, "uplink must be a list of stage specs"),
+        ({"uplink": {"model": "fixed_delay"}, "downlink": []}, "uplink must be a list of at most 32 stage specs"),
     ],
 )
 def test_invalid_profiles_raise_one_line_config_error(data, message):
