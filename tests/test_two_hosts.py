@@ -358,14 +358,17 @@ def test_a_worker_in_one_namespace_trains_the_learner_in_the_other(hosts: Hosts,
 
     monkeypatch.setenv('XDG_RUNTIME_DIR', str(tmp_path))  # both sides write their peers profile here
 
+    from calf_agent.dist_key import create_key
+
     out = tmp_path / 'run'
+    key = create_key(tmp_path / 'dist.key')  # the file calf train --workers would write, copied to the worker
     exe = Path(get_package_prefix('calf_agent')) / 'lib' / 'calf_agent' / 'learner_node'
     params = {'out': str(out), 'network': 'sim_clean', 'regime': 'baseline', 'steps': 4096, 'eval_every': 4096,
-              'eval_episodes': 3}
+              'eval_episodes': 3, 'key_file': str(key)}
     argv = [str(exe), '--ros-args', '-r', f'__ns:={NAMESPACE}', *(a for k, v in params.items() for a in ('-p', f'{k}:={v}'))]
     learner = Side(hosts.desktop_ns, argv, tmp_path / 'learner.log', discovery_env(hosts.discovery))
     worker = Side(hosts.edge_ns, [sys.executable, '-m', 'calf_bringup.cli', 'worker', '--learner', hosts.desktop_ip,
-                                  '--discovery', hosts.discovery, '--id', 'edge_1', '--envs', '4'],
+                                  '--discovery', hosts.discovery, '--id', 'edge_1', '--envs', '4', '--key', str(key)],
                   tmp_path / 'worker.log')
     try:
         assert learner.process.wait(240) == 0, learner.tail() + worker.tail()
