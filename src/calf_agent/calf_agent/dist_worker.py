@@ -77,6 +77,7 @@ class RolloutWorker:
         self.seq = 0
         self.env_steps = 0
         self._next: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._checked: tuple[dict[str, Any], dict[str, tuple[int, ...]]] | None = None  # a spec that passed, its shapes
         seed_everything(seed)
 
     @property
@@ -167,11 +168,12 @@ class RolloutWorker:
         try:
             if spec.get('kind') != 'mlp':
                 raise CheckpointError(f'distributed training runs MLP agents only, got {str(spec.get("kind"))[:40]!r}')
-            check_meta({'env': self.env, 'agent': spec, 'representation': weights.env_config['representation'],
-                        'plan_horizon': weights.env_config['plan_horizon']}, 'weights message')
-            shapes = agent_shapes(spec)
+            if self._checked is None or self._checked[0] != spec:  # a spec is checked once, not per version
+                check_meta({'env': self.env, 'agent': spec, 'representation': weights.env_config['representation'],
+                            'plan_horizon': weights.env_config['plan_horizon']}, 'weights message')
+                self._checked = spec, agent_shapes(spec)
             found = {k: tuple(v.shape) for k, v in weights.state.items()}
-            if found != shapes:
+            if found != self._checked[1]:
                 raise CheckpointError('holds tensors of other names or shapes than the spec builds')
             agent = make_agent(spec)
             agent.load_state_dict(weights.state)
