@@ -31,6 +31,7 @@ from calf_agent.dist_wire import (
     Traffic,
     TrajectoryBatch,
     WeightsMessage,
+    shown,
     split,
 )
 from calf_agent.errors import CheckpointError
@@ -95,7 +96,7 @@ class RolloutWorker:
         try:
             message = self.opener.decode(frame, chunk.sender)
             if not isinstance(message, WeightsMessage) or message.target != self.worker_id:
-                raise Refused('corrupt', f'a {type(message).__name__} for {getattr(message, "target", "?")!r} '
+                raise Refused('corrupt', f'a {type(message).__name__} for {shown(getattr(message, "target", "?"))} '
                                          f'is no weights message for {self.worker_id!r}')
             return self.apply(message)
         except Refused as err:
