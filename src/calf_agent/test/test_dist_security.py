@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -288,3 +289,27 @@ def test_chunks_of_an_unknown_kind_are_refused():
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
     with pytest.raises(ConfigError, match='nothing to resume'):
         _learner(tmp_path, resume=True)
+
+
+def test_seeded_hostile_chunks_never_crash_the_learner_and_are_all_counted(tmp_path):
+    rng = np.random.default_rng(0)
+    learner = _learner(tmp_path)
+    worker = _ready_worker()
+    _admitted(learner, worker)
+    frame = worker.sealer.encode(worker.collect(16))
+    for message_id in range(2, 402):
+        data = bytearray(frame)
+        how = message_id % 4
+        if how == 0:
+            data[int(rng.integers(len(data)))] ^= 1 << int(rng.integers(8))
+        elif how == 1:
+            del data[int(rng.integers(1, len(data))):]
+        elif how == 2:
+            data += rng.bytes(int(rng.integers(1, 64)))
+        else:
+            data = bytearray(rng.bytes(len(data)))
+        for chunk in split(bytes(data), Kind.BATCH, 'w0', message_id, chunk_bytes=int(rng.integers(64, 8192))):
+            learner.receive(chunk._replace(total_bytes=chunk.total_bytes + int(rng.integers(0, 2)) * (how == 3)), 0.0)
+    assert not learner.queue and sum(learner.reassembler.refused.values()) >= 400  # each message refused
+    assert set(learner.reassembler.refused) <= {'unauthenticated', 'truncated', 'incomplete', 'malformed'}
+    assert learner.reassembler.refused['unauthenticated'] >= 300 and learner.updates == 0
