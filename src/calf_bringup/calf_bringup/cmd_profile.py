@@ -5,6 +5,8 @@ import argparse
 import json
 from typing import Any
 
+import numpy as np
+
 from calf_bringup.cli_args import count, number
 from calf_core.profile_schema import STAGES, check_stage, json_schema, schema_text
 from calf_core.profiles import E2EStats, Latency, Profile, available_profiles, load_profile, sample_e2e
@@ -57,10 +59,16 @@ def e2e_report(stats: E2EStats) -> dict[str, Any]:
 
 def _stage(spec: dict) -> dict[str, Any]:
     """A stage's values with its defaults filled in and named; long lists (traces) as their length."""
-    values = {k: f'<{len(v)} values>' if isinstance(v, list) and len(v) > 6 else v
-              for k, v in check_stage(spec).items()}
+    values = {k: _listed(v) for k, v in check_stage(spec).items()}
     return {'model': spec['model'], **values, 'defaults_used': [k for k in values if k not in spec],
             'about': STAGES[spec['model']].doc}
+
+
+def _listed(value: Any) -> Any:
+    """A list or array of up to 6 values as a list, a longer one as its length."""
+    if isinstance(value, list | np.ndarray) and len(value) > 6:
+        return f'<{len(value)} values>'
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def run(args: argparse.Namespace) -> int:

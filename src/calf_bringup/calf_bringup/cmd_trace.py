@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     info = verbs.add_parser('info', help='counts, latency percentiles, loss, loss bursts and stalls')
     info.add_argument('bag', type=Path)
-    info.add_argument('--plot', type=Path, metavar='PNG', help='also plot latency over time and its CDF')
+    info.add_argument('--plot', type=Path, metavar='PNG', help='also plot latency over time and its CDF (into an '
+                                                               'existing directory)')
     info.add_argument('--stall-ms', type=float, default=STALL_MS, help='delivery gap that counts as a stall')
     info.add_argument('--json', action='store_true', help='print one JSON object')
     info.set_defaults(func=run_info)
@@ -86,8 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     to_profile.add_argument('--out', type=Path, required=True, help='profile YAML to write')
     to_profile.add_argument('--name', help='profile name (default: the YAML file name)')
     to_profile.add_argument('--replay', action='store_true',
-                            help='replay every recorded delay and loss (exact, large) instead of fitting '
-                                 'an empirical delay histogram and Gilbert-Elliott loss')
+                            help='replay every recorded delay and loss (exact, large: written as one JSON object, '
+                                 'which is also YAML) instead of fitting an empirical delay histogram and '
+                                 'Gilbert-Elliott loss')
     to_profile.add_argument('--mode', choices=('random_offset', 'loop'), default='random_offset',
                             help='with --replay: where each episode starts in the trace')
     to_profile.set_defaults(func=run_to_profile)
@@ -162,8 +164,11 @@ def run_recover(args: argparse.Namespace) -> int:
 def run_to_profile(args: argparse.Namespace) -> int:
     name = args.name or args.out.stem
     trace = read_trace_bag(args.bag)
-    data = replay_profile_dict(trace, name, args.mode) if args.replay else fit_profile_dict(trace, name)
-    header = f'# Network profile (schema: calf_shim/profiles.py) made by `calf trace to-profile` from {args.bag}.\n'
-    atomic.write_text(args.out, header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
+    if args.replay:  # JSON, the series compact: a long replay loads in seconds (see calf profile schema)
+        text = json.dumps(replay_profile_dict(trace, name, args.mode)) + '\n'
+    else:
+        header = f'# Network profile (schema: calf profile schema) made by `calf trace to-profile` from {args.bag}.\n'
+        text = header + yaml.safe_dump(fit_profile_dict(trace, name), sort_keys=False, default_flow_style=None)
+    atomic.write_text(args.out, text)
     print(json.dumps({'out': str(args.out), 'name': name, 'replay': args.replay}))
     return 0

@@ -38,7 +38,7 @@ from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES
 from calf_core.link import Link
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile
-from calf_core.task_spec import Action, TaskSpec, parse_start_plan, spec_from_mapping
+from calf_core.task_spec import Action, TaskSpec, parse_start_plan, spec_from_mapping, spec_imports
 from calf_core.timing import Stepper
 from calf_core.yaml_files import read_yaml
 
@@ -283,8 +283,8 @@ def _spec_file(path: Path, name: str, env: str | None = None) -> TaskSpec:
         data = {**data, 'env': data.get('env') or env}
     if not isinstance(data, dict) or not data.get('env'):
         raise ConfigError(f'task spec {str(path)!r} names no env: add `env: GYM_ID` or `env: package.module:callable`')
-    for module in data.get('imports') or ():
-        _import(str(module), name)
+    for module in spec_imports(data, name):
+        _import(module, name)
     if data.get('dt') is not None:
         return spec_from_mapping(data, name)
     keys = data.get('observation_keys')

@@ -180,10 +180,10 @@ DIST_PARAMS = {'fixed': ('value',), 'uniform': ('low', 'high'), 'exponential': (
 def check_stage(spec: Any) -> dict[str, Any]:
     """Validate one stage spec ``{model: NAME, key: value, ...}``; return ``{key: value}`` with defaults."""
     if not isinstance(spec, dict) or 'model' not in spec:
-        raise ConfigError(f"stage spec must be a mapping with a 'model' key, got {_short(spec)}")
+        raise ConfigError(f"stage spec must be a mapping with a 'model' key, got {short_repr(spec)}")
     schema = STAGES.get(spec['model']) if isinstance(spec['model'], str) else None
     if schema is None:
-        raise ConfigError(f"unknown model {_short(spec['model'])} (available: {', '.join(sorted(STAGES))})")
+        raise ConfigError(f"unknown model {short_repr(spec['model'])} (available: {', '.join(sorted(STAGES))})")
     params = _check_keys(schema.model, schema.keys, {k: v for k, v in spec.items() if k != 'model'})
     _RULES.get(schema.model, lambda params: None)(params)
     return params
@@ -205,7 +205,7 @@ def _check_keys(owner: str, keys: Sequence[Key], given: dict[str, Any]) -> dict[
     by_name = {key.name: key for key in keys}
     for name in given:
         if name not in by_name:
-            raise ConfigError(f'{owner}: unknown key {_short(name)} (allowed: {", ".join(by_name)})')
+            raise ConfigError(f'{owner}: unknown key {short_repr(name)} (allowed: {", ".join(by_name)})')
     out = {}
     for key in keys:
         if key.name in given:
@@ -224,11 +224,11 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
         return _bounded(where, key, _number(where, value, key.unit))
     if kind == 'integer':
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ConfigError(f'{where} must be an integer ({key.unit}), got {_short(value)}')
+            raise ConfigError(f'{where} must be an integer ({key.unit}), got {short_repr(value)}')
         return int(_bounded(where, key, int(value)))
     if kind == 'boolean':
         if not isinstance(value, bool):
-            raise ConfigError(f'{where} must be true or false, got {_short(value)}')
+            raise ConfigError(f'{where} must be true or false, got {short_repr(value)}')
         return value
     if kind == 'series':
         return _series(where, key, value)
@@ -236,15 +236,15 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
         return _flags(where, value)
     if kind == 'string':
         if not isinstance(value, str):
-            raise ConfigError(f'{where} must be a string, got {_short(value)}')
+            raise ConfigError(f'{where} must be a string, got {short_repr(value)}')
         return value
     if kind == 'choice':
         if value not in key.choices:
-            raise ConfigError(f'{where} must be one of {", ".join(key.choices)}, got {_short(value)}')
+            raise ConfigError(f'{where} must be one of {", ".join(key.choices)}, got {short_repr(value)}')
         return value
     if kind == 'numbers':
         if not isinstance(value, list) or not value or len(value) > MAX_LIST:
-            raise ConfigError(f'{where} must be a non-empty list of numbers ({key.unit}), got {_short(value)}')
+            raise ConfigError(f'{where} must be a non-empty list of numbers ({key.unit}), got {short_repr(value)}')
         for i, item in enumerate(value):
             _bounded(f'{where}[{i}]', key, _number(f'{where}[{i}]', item, key.unit))
         return value
@@ -257,20 +257,20 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
             per = {d: _check_value(f'{owner}: reorder', Key(d, 'boolean', '-', ''), value.get(d, key.default))
                    for d in DIRECTION_KEYS}
             return per
-        raise ConfigError(f'{where} must be true, false or {{uplink: bool, downlink: bool}}, got {_short(value)}')
+        raise ConfigError(f'{where} must be true, false or {{uplink: bool, downlink: bool}}, got {short_repr(value)}')
     if kind == 'stages':
         if key.name == 'downlink' and value == 'same':
             return value
         if not isinstance(value, list) or len(value) > MAX_STAGES:
             raise ConfigError(f'{where} must be a list of at most {MAX_STAGES} stage specs'
-                              f'{" or same" if key.name == "downlink" else ""}, got {_short(value)}')
+                              f'{" or same" if key.name == "downlink" else ""}, got {short_repr(value)}')
         return value
     raise AssertionError(kind)
 
 
 def _number(where: str, value: Any, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ConfigError(f'{where} must be a finite number ({unit}), got {_short(value)}')
+        raise ConfigError(f'{where} must be a finite number ({unit}), got {short_repr(value)}')
     return float(value)
 
 
@@ -301,17 +301,27 @@ def _series(where: str, key: Key, value: Any) -> np.ndarray:
         array = value
     elif isinstance(value, list) and len(value) <= MAX_REPLAY_VALUES:
         if not all(isinstance(item, numbers.Real) and not isinstance(item, bool) for item in value):
-            raise ConfigError(f'{where} must be a list of numbers ({key.unit}), got {_short(value)}')
+            raise ConfigError(f'{where} must be a list of numbers ({key.unit}), got {short_repr(value)}')
         array = np.array(value, dtype=np.float64)
     else:
         raise ConfigError(f'{where} must be a list of at most {MAX_REPLAY_VALUES} numbers ({key.unit}) or one '
-                          f'string of them separated by spaces, got {_short(value)}')
+                          f'string of them separated by spaces, got {short_repr(value)}')
     if not 0 < array.size <= MAX_REPLAY_VALUES:
         raise ConfigError(f'{where} must hold 1 to {MAX_REPLAY_VALUES} values, got {array.size}')
     bad = np.flatnonzero(~((array >= key.low) & (array <= key.high)))  # NaN fails both
     if bad.size:
         raise ConfigError(f'{where}[{bad[0]}] must be {_range(key)}, got {array[bad[0]]:g}')
     return array
+
+
+def compact_series(values: np.ndarray) -> str:
+    """The compact form of a series: its numbers (shortest exact repr) separated by spaces."""
+    return ' '.join(map(repr, np.asarray(values, dtype=np.float64).tolist()))
+
+
+def compact_flags(flags: np.ndarray) -> str:
+    """The compact form of a list of flags: one character per flag, 1 for true, 0 for false."""
+    return (np.asarray(flags, dtype=bool).astype(np.uint8) + 48).tobytes().decode('ascii')
 
 
 def _tokens(text: str) -> int:
@@ -333,7 +343,7 @@ def _flags(where: str, value: Any) -> np.ndarray:
     if isinstance(value, list) and len(value) <= MAX_REPLAY_VALUES and all(isinstance(v, bool) for v in value):
         return np.array(value, dtype=bool)
     raise ConfigError(f'{where} must be a list of at most {MAX_REPLAY_VALUES} true/false or one string of 0 and '
-                      f'1 characters, got {_short(value)}')
+                      f'1 characters, got {short_repr(value)}')
 
 
 def _distribution(where: str, key: Key, value: Any) -> dict[str, Any]:
@@ -342,7 +352,7 @@ def _distribution(where: str, key: Key, value: Any) -> dict[str, Any]:
         return {'dist': 'fixed', 'value': _bounded(where, key, _number(where, value, key.unit))}
     dist = value.get('dist')
     if dist not in DIST_PARAMS:
-        raise ConfigError(f'{where}: dist must be one of {", ".join(DIST_KINDS)}, got {_short(dist)}')
+        raise ConfigError(f'{where}: dist must be one of {", ".join(DIST_KINDS)}, got {short_repr(dist)}')
     scale = Key('', 'number', key.unit, '', low=key.low, high=key.high)
     keys = tuple(SIGMA if p == 'sigma' else replace(scale, name=p) for p in DIST_PARAMS[dist])
     params = _check_keys(f'{where} ({dist})', (Key('dist', 'string', '-', ''), *keys), value)
@@ -375,9 +385,9 @@ def _empirical_rule(params: dict[str, Any]) -> None:
         raise ConfigError(f'empirical_delay: bins_ms needs len(probs) + 1 edges, got {len(edges)} edges for '
                           f'{len(probs)} probs')
     if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ConfigError(f'empirical_delay: bins_ms must be strictly increasing, got {_short(edges)}')
+        raise ConfigError(f'empirical_delay: bins_ms must be strictly increasing, got {short_repr(edges)}')
     if sum(probs) <= 0.0:
-        raise ConfigError(f'empirical_delay: probs must have a positive sum, got {_short(probs)}')
+        raise ConfigError(f'empirical_delay: probs must have a positive sum, got {short_repr(probs)}')
 
 
 def _stall_rule(params: dict[str, Any]) -> None:
@@ -403,7 +413,8 @@ _RULES = {'gamma_delay': _gamma_rule, 'empirical_delay': _empirical_rule, 'stall
           'trace_replay': _trace_rule}
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters: an error line names a value without echoing a large one."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + '...'
 

@@ -145,13 +145,13 @@ def available_profiles() -> list[str]:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """Load a profile by bare name (a built-in one), from a .yaml/.yml path, or
+    """Load a profile by bare name (a built-in one), from a .yaml/.yml/.json path, or
     from a trace bag (replayed message by message, see ``calf_core.traces``)."""
     from calf_core.traces import is_bag_path, resolve_network  # traces builds on this module
     if is_bag_path(name_or_path):
         return resolve_network(name_or_path)
     path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml"):
+    if path.suffix not in (".yaml", ".yml", ".json"):
         path = NETWORKS_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
             raise ConfigError(

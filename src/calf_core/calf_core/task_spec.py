@@ -16,15 +16,30 @@ A spec is read from YAML (the built-in tasks are ``calf_core/tasks/*.yaml``; a u
     agent: lstm               # the policy it trains by default: lstm (one frame, memory) | mlp (frame stack)
     ppo: {ent_coef: 0.1}      # PPO settings that differ from the defaults for its action space
     algo: sac                 # the algorithm it trains with by default: ppo | sac (Box actions)
+
+Bounds, closed on both sides: dt in [MIN_DT_S, MAX_DT_S]; a plan (start_plan, safe_start) of at most
+MAX_PLAN_HORIZON actions; a continuous action of at most MAX_ACTIONS finite values; at most
+MAX_SPEC_LIST observation keys, imports and ppo settings. ``imports`` is a list even for one module: a
+single string is refused, not read as a list of its characters.
 """
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from calf_core.errors import ConfigError
+from calf_core.limits import MAX_ACTIONS, MAX_PLAN_HORIZON
+from calf_core.profile_schema import short_repr
+
+MIN_DT_S = 1e-4
+"""Shortest tick period a spec may give (seconds)."""
+MAX_DT_S = 60.0
+"""Longest tick period a spec may give (seconds)."""
+MAX_SPEC_LIST = 64
+"""Most observation keys, imports or ppo settings a spec may list."""
 
 Action = int | tuple[float, ...]
 """One action as a spec gives it: a Discrete index or the values of a Box action."""
@@ -71,8 +86,10 @@ class TaskSpec:
     algo: str | None = None  # None: ppo, unless ``calf train --algo`` says otherwise
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool) and 0 < self.dt < float('inf')):
-            raise ConfigError(f'task {self.name}: dt must be a tick period in seconds > 0, got {self.dt!r}')
+        if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool)
+                and MIN_DT_S <= self.dt <= MAX_DT_S):
+            raise ConfigError(f'task {self.name}: dt must be a tick period in seconds in [{MIN_DT_S:g}, {MAX_DT_S:g}], '
+                              f'got {short_repr(self.dt)}')
         if self.hold is HoldMode.NOOP and self.noop_action is None:
             raise ConfigError(f'task {self.name}: hold noop needs a noop_action')
         if self.agent is not None and self.agent not in AGENTS:
@@ -86,8 +103,9 @@ _KEYS = {f.name for f in fields(TaskSpec)}
 
 def spec_from_mapping(data: Any, name: str, dt: float | None = None) -> TaskSpec:
     """A TaskSpec from a parsed YAML mapping; ``dt`` fills in a missing tick. One-line ConfigErrors."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f'task spec {name}: expected a mapping of keys such as env, dt, hold, got {data!r}')
+    if not isinstance(data, Mapping):  # its type only: a file given by mistake is not echoed
+        raise ConfigError(f'task spec {name}: expected a mapping of keys such as env, dt, hold, got a '
+                          f'{type(data).__name__}')
     unknown = sorted(set(data) - _KEYS - {'name'})
     if unknown:
         raise ConfigError(f'task spec {name}: unknown key {unknown[0]!r}: use {", ".join(sorted(_KEYS - {"name"}))}')
@@ -105,18 +123,35 @@ def spec_from_mapping(data: Any, name: str, dt: float | None = None) -> TaskSpec
             values[key] = _action(values[key], key, name)
     for key in ('start_plan', 'safe_start'):
         plan = values.get(key) or []
-        if not isinstance(plan, list):
-            raise ConfigError(f'task spec {name}: {key} must be a list of actions, got {plan!r}')
+        if not isinstance(plan, list) or len(plan) > MAX_PLAN_HORIZON:
+            raise ConfigError(f'task spec {name}: {key} must be a list of at most {MAX_PLAN_HORIZON} actions, '
+                              f'got {short_repr(plan)}')
         values[key] = tuple(_action(a, key, name) for a in plan)
-    for key in ('observation_keys', 'imports'):
-        if values.get(key) is not None:
-            if not isinstance(values[key], list):
-                raise ConfigError(f'task spec {name}: {key} must be a list, got {values[key]!r}')
-            values[key] = tuple(values[key])
-    values['imports'] = values.get('imports') or ()
+    keys = values.get('observation_keys')
+    if keys is not None:
+        if not (isinstance(keys, list) and len(keys) <= MAX_SPEC_LIST
+                and all(isinstance(k, str | int) and not isinstance(k, bool) for k in keys)):
+            raise ConfigError(f'task spec {name}: observation_keys must be a list of at most {MAX_SPEC_LIST} '
+                              f'names or indices, got {short_repr(keys)}')
+        values['observation_keys'] = tuple(keys)
+    values['imports'] = spec_imports(data, name)
     values['ppo'] = _ppo(values.get('ppo'), name)
     values['env'] = str(values.get('env') or '')
     return TaskSpec(**values)
+
+
+def spec_imports(data: Mapping, name: str) -> tuple[str, ...]:
+    """The modules a spec mapping's ``imports`` names, checked before any is imported: a list of at most
+    MAX_SPEC_LIST module names (a single string is refused, not read as its characters)."""
+    modules = data.get('imports')
+    if modules is None:
+        return ()
+    if not (isinstance(modules, list) and len(modules) <= MAX_SPEC_LIST
+            and all(isinstance(m, str) and 0 < len(m) <= 200 for m in modules)):
+        hint = f' such as [{modules}]' if isinstance(modules, str) and len(modules) <= 60 else ''
+        raise ConfigError(f'task spec {name}: imports must be a list of at most {MAX_SPEC_LIST} module names'
+                          f'{hint}, got {short_repr(modules)}')
+    return tuple(modules)
 
 
 def parse_start_plan(value: Any) -> tuple[Action, ...]:
@@ -137,24 +172,25 @@ def parse_start_plan(value: Any) -> tuple[Action, ...]:
 
 
 def _action(value: Any, key: str, name: str | None) -> Action:
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_ACTIONS:
         return value
-    if isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if isinstance(value, (list, tuple)) and 0 < len(value) <= MAX_ACTIONS and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
         return tuple(float(v) for v in value)
     where = f'task spec {name}: ' if name else ''
-    raise ConfigError(f'{where}{key} must hold integer actions such as [0, 1] or lists of numbers for '
-                      f'continuous actions, got {value!r}')
+    raise ConfigError(f'{where}{key} must hold integer actions such as [0, 1] (at most {MAX_ACTIONS} in size) or '
+                      f'lists of at most {MAX_ACTIONS} finite numbers for continuous actions, got {short_repr(value)}')
 
 
 def _ppo(value: Any, name: str) -> tuple[tuple[str, float], ...]:
     """``ppo: {ent_coef: 0.1}`` as sorted (name, number) pairs; the trainer checks the names."""
     if value is None:
         return ()
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, (int, float))
-                                                 for k, v in value.items()):
-        raise ConfigError(f'task spec {name}: ppo must map PPO settings to numbers, such as {{ent_coef: 0.1}}, '
-                          f'got {value!r}')
+    if not isinstance(value, Mapping) or len(value) > MAX_SPEC_LIST or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for k, v in value.items()):
+        raise ConfigError(f'task spec {name}: ppo must map PPO settings to finite numbers, such as '
+                          f'{{ent_coef: 0.1}}, got {short_repr(value)}')
     return tuple(sorted((k, v) for k, v in value.items()))
 
 

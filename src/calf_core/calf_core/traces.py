@@ -26,7 +26,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from calf_core import atomic
 from calf_core.errors import ConfigError, TraceError
+from calf_core.profile_schema import compact_flags, compact_series
 from calf_core.profiles import Profile, load_profile, profile_from_dict
 
 BAG_SUFFIXES = ('.mcap', '.db3')
@@ -422,27 +424,36 @@ def _reorders(trace: Trace) -> bool:
     return any(reordered_count(d) for d in (trace.uplink, trace.downlink))
 
 
-def _replay_spec(d: DirectionTrace, label: str, mode: str) -> dict[str, Any]:
+def _replay_spec(d: DirectionTrace, label: str, mode: str, compact: bool) -> dict[str, Any]:
     if not len(d):
         raise TraceError(f'the trace has no {label} samples, so it cannot be replayed')
     delays = np.clip(np.nan_to_num(d.delays_ms, nan=0.0), 0.0, None)  # negative: clock offset, read as 0
-    return {'model': 'trace_replay', 'delays_ms': delays.tolist(), 'lost': d.lost.tolist(), 'mode': mode}
+    if compact:
+        return {'model': 'trace_replay', 'delays_ms': compact_series(delays), 'lost': compact_flags(d.lost),
+                'mode': mode}
+    return {'model': 'trace_replay', 'delays_ms': delays.astype(np.float64), 'lost': d.lost.astype(bool),
+            'mode': mode}
+
+
+def _replay_dict(trace: Trace, name: str, mode: str, compute_ms: float, compact: bool) -> dict:
+    return {'name': name, 'description': f'Replay of trace {name} ({mode}).', 'compute_ms': compute_ms,
+            'reorder': _reorders(trace), 'uplink': [_replay_spec(trace.uplink, 'uplink', mode, compact)],
+            'downlink': [_replay_spec(trace.downlink, 'downlink', mode, compact)]}
 
 
 def replay_profile_dict(trace: Trace, name: str, mode: str = 'random_offset', compute_ms: float = 1.0) -> dict:
-    """The profile (as YAML-ready data) that replays the trace: one ``trace_replay`` stage per direction.
+    """The profile (as JSON- and YAML-ready data) that replays the trace: one ``trace_replay`` stage per
+    direction, its series in the compact form (one string each).
 
     ``reorder`` is on only when the trace itself reordered messages; a FIFO trace replays FIFO."""
-    return {'name': name, 'description': f'Replay of trace {name} ({mode}).', 'compute_ms': compute_ms,
-            'reorder': _reorders(trace), 'uplink': [_replay_spec(trace.uplink, 'uplink', mode)],
-            'downlink': [_replay_spec(trace.downlink, 'downlink', mode)]}
+    return _replay_dict(trace, name, mode, compute_ms, compact=True)
 
 
 def trace_profile(trace: Trace, name: str, mode: str = 'random_offset', compute_ms: float = 1.0) -> Profile:
     """A Profile that replays the trace, so NetworkedEnv and the shim use it like any other profile.
 
     'random_offset' starts each episode (each link reset) at a seeded random row; 'loop' at row 0."""
-    return profile_from_dict(replay_profile_dict(trace, name, mode, compute_ms), name)
+    return profile_from_dict(_replay_dict(trace, name, mode, compute_ms, compact=False), name)
 
 
 def _fit_direction(d: DirectionTrace, label: str, bins: int) -> list[dict[str, Any]]:
@@ -459,7 +470,8 @@ def _fit_direction(d: DirectionTrace, label: str, bins: int) -> list[dict[str, A
     lengths = burst_lengths(d.lost)
     if lengths.size:
         rate, p_bad_to_good = float(d.lost.mean()), 1.0 / float(lengths.mean())
-        stages.append({'model': 'gilbert_elliott', 'p_good_to_bad': min(1.0, rate * p_bad_to_good / (1.0 - rate)),
+        p_good_to_bad = min(1.0, rate * p_bad_to_good / (1.0 - rate)) if rate < 1.0 else 1.0
+        stages.append({'model': 'gilbert_elliott', 'p_good_to_bad': p_good_to_bad,
                        'p_bad_to_good': p_bad_to_good, 'loss_good': 0.0, 'loss_bad': 1.0})
     return stages
 
@@ -498,7 +510,9 @@ def resolve_network(name_or_path: str | Path, mode: str = 'random_offset') -> Pr
 # --- plot -------------------------------------------------------------------------------------
 
 def plot_trace(trace: Trace, png: str | Path, title: str = '') -> None:
-    """Latency over time (lost messages as ticks on the top edge) and the latency CDF, per direction."""
+    """Latency over time (lost messages as ticks on the top edge) and the latency CDF, per direction.
+
+    The PNG replaces ``png`` whole; its directory must exist (a one-line ConfigError otherwise)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
     fig = Figure(figsize=(11, 4), layout='constrained')
@@ -520,4 +534,5 @@ def plot_trace(trace: Trace, png: str | Path, title: str = '') -> None:
         ax.legend()
     if title:
         fig.suptitle(title)
-    fig.savefig(png, dpi=120)
+    with atomic.replacing(Path(png), 'wb') as stream:
+        fig.savefig(stream, format='png', dpi=120)

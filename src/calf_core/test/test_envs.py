@@ -69,11 +69,22 @@ def test_bad_envs_are_one_line_config_errors(name: str, message: str) -> None:
     ('env: gymnasium.envs.classic_control.cartpole:CartPoleEnv\n', 'has no dt of its own'),
     ('env: Pendulum-v1\nhold: sometimes\n', 'hold must be one of last, zero, noop'),
     ('env: Pendulum-v1\ntick: 0.05\n', "unknown key 'tick'"),
-    ('env: Pendulum-v1\ndt: -1\n', 'dt must be a tick period in seconds > 0'),
+    ('env: Pendulum-v1\ndt: -1\n', r'dt must be a tick period in seconds in \[0.0001, 60\], got -1'),
+    ('env: Pendulum-v1\ndt: 1e308\n', r"dt must be a tick period in seconds in \[0.0001, 60\], got '1e308'"),
+    ('env: Pendulum-v1\ndt: 1.0e+308\n', r'dt must be a tick period in seconds in \[0.0001, 60\], got 1e\+308'),
+    ('env: Pendulum-v1\ndt: 1.0e-300\n', r'in \[0.0001, 60\], got 1e-300'),
+    ('env: Pendulum-v1\nimports: gymnasium\n', r'imports must be a list of at most 64 module names such as '
+                                                r'\[gymnasium\], got .gymnasium.'),
+    ('env: Pendulum-v1\nimports: [gymnasium, 7]\n', 'imports must be a list of at most 64 module names'),
+    ('env: Pendulum-v1\nstart_plan: [[.nan]]\n', 'lists of at most 4096 finite numbers'),
+    ('env: Pendulum-v1\nstart_plan: [' + '[0.0], ' * 1025 + ']\n', 'start_plan must be a list of at most 1024'),
+    ('env: Pendulum-v1\nobservation_keys: ' + str(list(range(65))) + '\n', 'observation_keys must be a list of at'),
+    ('env: Pendulum-v1\nppo: {ent_coef: .inf}\n', 'ppo must map PPO settings to finite numbers'),
+    ('just text\n', 'names no env'),
     ('env: Acrobot-v1\nhold: noop\n', 'hold noop needs a noop_action'),
     ('env: Acrobot-v1\nagent: gru\n', "agent must be one of mlp, lstm, got 'gru'"),
-    ('env: Acrobot-v1\nppo: [0.1]\n', r'ppo must map PPO settings to numbers, such as \{ent_coef: 0.1\}'),
-    ('env: Acrobot-v1\nppo: {ent_coef: high}\n', 'ppo must map PPO settings to numbers'),
+    ('env: Acrobot-v1\nppo: [0.1]\n', r'ppo must map PPO settings to finite numbers, such as \{ent_coef: 0.1\}'),
+    ('env: Acrobot-v1\nppo: {ent_coef: high}\n', 'ppo must map PPO settings to finite numbers'),
 ])
 def test_bad_spec_files_are_one_line_config_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / 'task.yaml'
