@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calf_bringup.file_fuzz import KINDS, cli_fuzz, fuzz
+from calf_bringup.file_fuzz import KINDS, SECRET, cli_fuzz, fuzz, hostile_profiles, loaders, run_case
 
 
 def test_loaders_survive_randomised_files(tmp_path: Path) -> None:
@@ -28,3 +28,11 @@ def test_loaders_survive_randomised_files(tmp_path: Path) -> None:
 def test_calf_exits_0_or_2_with_one_line_on_randomised_files(tmp_path: Path) -> None:
     outcomes = cli_fuzz(seed=0, cases=2, workdir=tmp_path)
     assert outcomes and not [o for o in outcomes if o.result == 'crash'], outcomes
+
+
+def test_hostile_profiles_are_refused_at_once_without_quoting_a_file(tmp_path: Path) -> None:
+    load = loaders()['profile']
+    for case, path in hostile_profiles(tmp_path).items():
+        outcome = run_case('profile', path, load)
+        assert outcome.result == 'refused' and outcome.seconds < 5.0, (case, outcome)
+        assert SECRET not in outcome.message, case

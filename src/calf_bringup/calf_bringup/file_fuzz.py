@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -24,6 +25,7 @@ import numpy as np
 import yaml
 
 from calf_core.errors import CalfError
+from calf_core.profile_schema import MAX_REPLAY_VALUES
 
 KINDS = ('profile', 'relay', 'meta', 'bag')
 PROFILE = {'name': 'fuzz', 'description': 'fuzzed', 'compute_ms': 1.0, 'reorder': False,
@@ -42,9 +44,9 @@ SCHEMA_KEYS = sorted({'name', 'model', 'scale_ms', 'shape', 'mean_ms', 'std_ms',
                       'uplink', 'downlink', 'same', 'in_topic', 'out_topic', 'type', 'direction', 'profile',
                       'qos', 'depth', 'env', 'agent', 'kind', 'obs_dim', 'hidden', 'frames', 'representation',
                       'plan_horizon', 'lstm_size', 'format', 'start_plan', 'latency_ms', 'period_ms'})
-WEIRD: list[Any] = [None, True, -1, 0, 2 ** 31, 2 ** 64, 10 ** 300, -10 ** 40, 1e308, -1e-300, float('inf'),
-                    float('nan'), '', 'x' * 5000, '../../etc/passwd', '\u202e\x7f', [], {}, [[[[[]]]]],
-                    {'a': {'b': {'c': {}}}}, list(range(50)), 'same', 'wifi_normal', 1e11]
+WEIRD: list[Any] = [None, True, -1, 0, 2 ** 31, 2 ** 64, 10 ** 300, -10 ** 40, 1e308, -1e-300, 1e-300, 5e-324,
+                    float('inf'), float('nan'), '', 'x' * 5000, '../../etc/passwd', '\u202e\x7f', [], {}, [[[[[]]]]],
+                    {'a': {'b': {'c': {}}}}, list(range(50)), 'same', 'wifi_normal', 1e11, '1 2 nan', '0110']
 
 
 class Outcome(NamedTuple):
@@ -135,6 +137,28 @@ def _json_text(rng: np.random.Generator) -> str:
 
 
 # --- cases ------------------------------------------------------------------------------------
+
+SECRET = 'hunter2'
+"""The content of the file ``hostile_profiles`` links to: no refusal may quote it."""
+
+
+def hostile_profiles(root: Path) -> dict[str, Path]:
+    """Profile paths found by hand (issue #28), each to be refused at once in one line that quotes no file:
+    a FIFO, a symlink to another file, times below their floor, a replay past its record cap."""
+    root.mkdir(parents=True, exist_ok=True)
+    cases = {'fifo': root / 'fifo.yaml', 'symlink': root / 'link.yaml', 'tiny stall': root / 'stall.yaml',
+             'tiny hold': root / 'hold.yaml', 'long replay': root / 'replay.yaml'}
+    os.mkfifo(cases['fifo'])
+    (root / 'secret.txt').write_text(f'{SECRET}\n')
+    cases['symlink'].symlink_to(root / 'secret.txt')
+    cases['tiny stall'].write_text('uplink: [{model: stall, duration_ms: 1.0e-300, gap_ms: 1.0e-300}]\n'
+                                   'downlink: same\n')
+    cases['tiny hold'].write_text('uplink: [{model: drifting_delay, level_ms: 5, hold_ms: 1.0e-300}]\n'
+                                  'downlink: same\n')
+    stage = {'model': 'trace_replay', 'delays_ms': '1 ' * (MAX_REPLAY_VALUES + 1)}
+    cases['long replay'].write_text(json.dumps({'uplink': [stage], 'downlink': 'same'}))
+    return cases
+
 
 def make_case(kind: str, rng: np.random.Generator, root: Path) -> Path:
     """Write one fuzzed case of ``kind`` under ``root``; return the path the loader gets."""
