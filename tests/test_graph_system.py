@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -20,7 +23,7 @@ import numpy as np
 import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
-from ros_helpers import new_context, spin_until
+from ros_helpers import new_context, spin_until, untrained_cartpole_policy
 
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import train_planner
@@ -129,8 +132,8 @@ def play_one_live_episode(*groups: list[NodeSpec]) -> tuple[EpisodeResult, list[
 def assert_all_stopped(graphs: list[Graph], names: list[str]) -> None:
     """Every node ran until the runner stopped it, and none is left running.
 
-    Exit codes are the nodes' own business (tests/test_env_policy_nodes.py): rclpy's SIGINT
-    handler can race a node's executor at shutdown, which is not what this test is about.
+    Exit codes are the nodes' own business (tests/test_env_policy_nodes.py): a node stopped while it
+    starts dies of SIGTERM, one that runs exits by itself, which is not what this test is about.
     """
     exits = [exit_ for graph in graphs for exit_ in graph.exits]
     assert sorted(exit_.name for exit_ in exits) == sorted(names)
@@ -175,6 +178,36 @@ def test_calf_run_exits_when_the_env_has_played_its_episodes(policy: Path) -> No
     assert 'waiting for a policy' in done.stdout and 'e2e p50 nan' not in done.stdout  # no start-up episode
     assert '[calf] env exited with code 0' in done.stdout
     assert '[calf] policy stopped with code' in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.ros
+def test_nodes_die_with_a_killed_calf_run(tmp_path: Path) -> None:
+    """SIGKILL leaves the runner no chance to stop its nodes: the kernel does (PR_SET_PDEATHSIG)."""
+    policy = untrained_cartpole_policy(tmp_path / 'policy')
+    run = subprocess.Popen([sys.executable, '-m', 'calf_bringup.cli', 'run', 'local_sim', '--policy', str(policy),
+                            '--time-scale', str(SCALE)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sink = LineSink()
+    threading.Thread(target=lambda: [sink.write(line) for line in run.stdout], daemon=True).start()
+    nodes: list[int] = []
+    try:
+        assert sink.wait_for_prefix('[calf] running ', LIVE_TIMEOUT_S), sink.lines
+        running = next(line for line in sink.lines if line.startswith('[calf] running '))
+        nodes = [os.pidfd_open(int(pid)) for pid in re.findall(r'\(pid (\d+)\)', running)]
+        assert len(nodes) == 2 and sink.wait_for_prefix('[env] ', LIVE_TIMEOUT_S), sink.lines
+        run.kill()
+        assert run.wait(10) == -signal.SIGKILL
+        deadline = time.monotonic() + 30.0
+        alive = set(nodes)
+        while alive and time.monotonic() < deadline:  # a pidfd turns readable when its process exits
+            alive -= set(select.select(list(alive), [], [], deadline - time.monotonic())[0])
+        assert not alive, f'{len(alive)} of the nodes outlived calf run'
+    finally:
+        run.kill()
+        for fd in nodes:
+            if not select.select([fd], [], [], 0)[0]:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
 
 
 @pytest.mark.slow
@@ -241,6 +274,11 @@ LINK_STATE_PROFILES = {
     'periodic_stall': {'uplink': [{'model': 'fixed_delay', 'latency_ms': 2.0}],
                        'downlink': [{'model': 'fixed_delay', 'latency_ms': 2.0},
                                     {'model': 'stall', 'mode': 'periodic', 'period_ms': 600.0, 'duration_ms': 100.0}]},
+    # the same stall on the uplink: each releases the observations it held together, and the policy acts on the
+    # newest (keep-newest), not on each in turn from the oldest
+    'uplink_stall': {'uplink': [{'model': 'fixed_delay', 'latency_ms': 2.0},
+                                {'model': 'stall', 'mode': 'periodic', 'period_ms': 600.0, 'duration_ms': 100.0}],
+                     'downlink': [{'model': 'fixed_delay', 'latency_ms': 2.0}]},
     # bursts of 10 messages on average, 15 % stationary loss, each way
     'gilbert_elliott': {'uplink': [{'model': 'fixed_delay', 'latency_ms': 2.0},
                                    {'model': 'gilbert_elliott', 'p_good_to_bad': 0.02, 'p_bad_to_good': 0.1,
@@ -261,8 +299,9 @@ def stall_hits(report: dict) -> list[int]:
 @pytest.mark.parametrize('network', sorted(LINK_STATE_PROFILES))
 def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_path: Path) -> None:
     """The link is one continuous process in both worlds: 20 episodes per backend agree in return and,
-    under a periodic stall, in where the stall hits each episode. The sim_clean policy plays ~60-tick
-    episodes under both profiles: about 30 s of real time per live run.
+    under a periodic stall, in where the stall hits each episode. Under the same stall on the uplink, neither
+    acts on every observation a stall held: virtual time acts on the newest only. The sim_clean policy plays
+    ~60-tick episodes under both profiles: about 30 s of real time per live run.
 
     Both worlds play the episodes back to back on one link (sim: one env, ``batch=1``). A stall often
     ends an episode, so the next one starts a few ticks after a stall and meets the next one about 20
@@ -286,6 +325,14 @@ def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_pa
         low_sim, high_sim = confidence_interval(hits['sim'])
         low_ros, high_ros = confidence_interval(hits['ros'])
         assert low_sim <= high_ros and low_ros <= high_sim, hits
+    elif network == 'uplink_stall':
+        held = {backend: sum(ms > STALL_HIT_MS for episode in report['episode_e2e_samples_ms'] for ms in episode)
+                for backend, report in (('sim', sim), ('ros', ros))}
+        stalls = ros['mean_length'] * ros['episodes'] * 0.02 / 0.6  # ticks of 20 ms, a stall every 600 ms
+        assert held['sim'] == 0, held  # after a stall, the newest observation it held: at most a tick old
+        # Live, the shim sends the held observations one after another, oldest first, and the policy node may
+        # take the first before the others arrive; its depth-1 subscription keeps the newest of the rest.
+        assert held['ros'] <= 1.5 * stalls, (held, stalls)
     else:
         loss = {backend: (r['obs_lost'] + r['actions_lost']) / (2 * r['mean_length'] * r['episodes'])
                 for backend, r in (('sim', sim), ('ros', ros))}
@@ -328,8 +375,9 @@ def stand_in(root: Path, name: str, script: str) -> NodeSpec:
 
 FOREVER = 'import os, sys, time\nprint(os.environ["CALF_TEST_VALUE"], os.environ.get("ROS_DOMAIN_ID"), ' \
           'sys.argv[1:4], flush=True)\nwhile True: time.sleep(1)'
-IGNORES_SIGINT = 'import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint("up", flush=True)\n' \
-                 'while True: time.sleep(1)'
+IGNORES_SIGTERM = 'import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint("up", flush=True)\n' \
+                  'while True: time.sleep(1)'
+STARTING = 'import time\nprint("importing", flush=True)\ntime.sleep(60)'  # a node whose imports take long
 
 
 class LineSink:
@@ -351,8 +399,12 @@ class LineSink:
         with self._cond:
             return self._cond.wait_for(lambda: line in self.lines, timeout_s)
 
+    def wait_for_prefix(self, prefix: str, timeout_s: float = 30.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: any(line.startswith(prefix) for line in self.lines), timeout_s)
 
-def test_graph_prefixes_output_and_stops_nodes_with_sigint(tmp_path: Path) -> None:
+
+def test_graph_prefixes_output_and_stops_nodes_with_sigterm(tmp_path: Path) -> None:
     sink = LineSink()
     specs = [stand_in(tmp_path, 'a', FOREVER), stand_in(tmp_path, 'b', 'print("bye")')]
     with Graph(specs, domain_id=3, output=sink, install_root=tmp_path) as graph:
@@ -360,17 +412,25 @@ def test_graph_prefixes_output_and_stops_nodes_with_sigint(tmp_path: Path) -> No
         assert sink.wait_for("[a] a 3 ['--ros-args', '-r', '__node:=a']")
         assert graph.wait_for_exit('a', timeout=0.1) is None
     assert '[b] bye' in sink.lines
-    assert [(e.name, e.code, e.stopped) for e in graph.exits] == [('a', -signal.SIGINT, True), ('b', 0, False)]
-    assert '[calf] a stopped with code -2' in sink.lines and '[calf] b exited with code 0' in sink.lines
+    assert [(e.name, e.code, e.stopped) for e in graph.exits] == [('a', -signal.SIGTERM, True), ('b', 0, False)]
+    assert '[calf] a stopped with code -15' in sink.lines and '[calf] b exited with code 0' in sink.lines
 
 
-def test_graph_kills_a_node_that_ignores_sigint(tmp_path: Path) -> None:
+def test_graph_kills_a_node_that_ignores_sigterm(tmp_path: Path) -> None:
     sink = LineSink()
-    with Graph([stand_in(tmp_path, 'stubborn', IGNORES_SIGINT)], output=sink, install_root=tmp_path,
+    with Graph([stand_in(tmp_path, 'stubborn', IGNORES_SIGTERM)], output=sink, install_root=tmp_path,
                stop_timeout_s=0.5) as graph:
         assert sink.wait_for('[stubborn] up')
     assert [(e.code, e.stopped) for e in graph.exits] == [(-signal.SIGKILL, True)]
-    assert '[calf] stubborn ignored SIGINT for 0.5 s: SIGKILL' in sink.lines
+    assert '[calf] stubborn ignored SIGTERM for 0.5 s: SIGKILL' in sink.lines
+
+
+def test_a_node_stopped_while_it_imports_prints_no_traceback(tmp_path: Path) -> None:
+    sink = LineSink()
+    with Graph([stand_in(tmp_path, 'starting', STARTING)], output=sink, install_root=tmp_path) as graph:
+        assert sink.wait_for('[starting] importing')
+    assert [(e.code, e.stopped) for e in graph.exits] == [(-signal.SIGTERM, True)]
+    assert not [line for line in sink.lines if 'Traceback' in line or 'KeyboardInterrupt' in line], sink.lines
 
 
 def test_run_graph_stops_all_when_one_node_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from calf_agent.hierarchy import GRAPHS
 from calf_core.envs import parse_start_plan, resolve_env_arg
 from calf_core.errors import ConfigError
+from calf_core.profiles import load_profile
 from calf_shim.topic_relay_config import load_relay_config
 
 MODES = ('local_sim', 'sim_net', 'edge_sim')
@@ -217,6 +218,16 @@ class RunOptions:
         if self.mode == 'local_sim' and self.network != CLEAN_NETWORK:
             raise ConfigError(f'local_sim has no network (got {self.spell("network", self.network)}): use sim_net '
                               f'or edge_sim to add one')
+        if self.role != 'desktop' and self.placement != 'flat_edge':
+            self._validate_network()
+
+    def _validate_network(self) -> None:
+        """Load the shim's profile (a name, a YAML file or a trace bag) here, so that a bad one stops the run
+        before any node starts."""
+        try:
+            load_profile(self.network)
+        except ConfigError as err:
+            raise ConfigError(f'bad {self.spell("network", self.network)}: {err}') from None
 
     def _validate_impair(self) -> None:
         if not self.config:

@@ -1,7 +1,13 @@
 """Run a node graph as plain processes, without the launch system (``calf run``, ``calf eval --backend ros``).
 
 Each node runs in its own process group, so that a Ctrl-C in the terminal reaches only this
-runner, which then stops every node the same way: SIGINT, a bounded wait, then SIGKILL.
+runner, which then stops every node the same way: SIGTERM, a bounded wait, then SIGKILL. SIGTERM,
+not SIGINT: a node still importing its modules dies of it quietly, where SIGINT would print a
+KeyboardInterrupt traceback; a running node stops cleanly on either (``calf_ros.node_main``).
+On Linux each node also gets SIGTERM when the runner dies, even by SIGKILL (``PR_SET_PDEATHSIG``,
+set by ``_die_with_parent`` in the child before it runs the node): no node outlives its runner.
+The kernel sends it when the thread that started the node ends, so start nodes from the thread
+that waits for them (``calf run`` starts them from its main thread).
 Output is forwarded line by line with a ``[name]`` prefix.
 
 By default a run ends when any node exits. With ``Respawn``, a node that fails (an exit code
@@ -10,6 +16,7 @@ finishes with code 0 (the env after ``episodes:=N``) still ends the run.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -17,7 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
@@ -28,6 +35,8 @@ from calf_core.errors import ConfigError
 
 STOP_TIMEOUT_S = 10.0
 TAIL_LINES = 40
+STOP_SIGNAL = signal.SIGTERM
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class NodeExit(NamedTuple):
@@ -97,7 +106,8 @@ class Graph:
         if self.domain_id is not None:
             env['ROS_DOMAIN_ID'] = str(self.domain_id)
         process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, errors='replace', process_group=0)
+                                   stderr=subprocess.STDOUT, text=True, errors='replace', process_group=0,
+                                   preexec_fn=_die_with_parent())
         child = self._children[spec.name] = _Child(spec, process)
         child.reader = threading.Thread(target=self._forward, args=(child,), name=f'out-{spec.name}', daemon=True)
         child.reader.start()
@@ -170,18 +180,19 @@ class Graph:
         return exited()
 
     def stop(self) -> list[NodeExit]:
-        """SIGINT every running node, SIGKILL those still running after the timeout; report each exit."""
+        """SIGTERM every running node, SIGKILL those still running after the timeout; report each exit."""
         running = [child for child in self._children.values() if child.process.poll() is None]
         for child in running:
             child.stopped = True
-            _signal_group(child.process, signal.SIGINT)
+            _signal_group(child.process, STOP_SIGNAL)
         try:
             self._wait_all(running, self.stop_timeout_s)
         except KeyboardInterrupt:
             self._say('[calf] interrupted again: killing the nodes')
         for child in running:
             if child.process.poll() is None:
-                self._say(f'[calf] {child.spec.name} ignored SIGINT for {self.stop_timeout_s:g} s: SIGKILL')
+                self._say(f'[calf] {child.spec.name} ignored {STOP_SIGNAL.name} for {self.stop_timeout_s:g} s: '
+                          f'SIGKILL')
                 _signal_group(child.process, signal.SIGKILL)
         self._wait_all(running, None)
         self._record_exits()
@@ -257,6 +268,21 @@ def _install_root(package: str) -> Path:
     except PackageNotFoundError:
         raise ConfigError(f'package {package!r} is not installed: run scripts/bootstrap.sh and source env.sh') \
             from None
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before the node on Linux: ask for SIGTERM when this process dies, and take it
+    at once if this process is already gone (it died between the fork and the request)."""
+    if not sys.platform.startswith('linux'):
+        return None
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def request() -> None:
+        prctl(PR_SET_PDEATHSIG, int(STOP_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), STOP_SIGNAL)
+
+    return request
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:

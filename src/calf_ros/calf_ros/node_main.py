@@ -2,8 +2,11 @@
 
 rclpy's own signal handlers shut the context down while callbacks may still be running, which
 makes a stopping node fail inside the executor now and then. Here a signal only sets a flag: the
-spin loop ends, then the node is destroyed and rclpy shut down, in that order. Jazzy-compatible
-(explicit init and try/finally, no context manager).
+spin loop ends, then the node is destroyed and rclpy shut down, in that order. The flag is set up
+before rclpy starts, and a stop during start-up (a KeyboardInterrupt that got in first, or a context
+shut down from outside) ends the node like a signal does, without a traceback. A node's imports run
+before ``run_node``: a SIGINT then is Python's KeyboardInterrupt, which is why ``calf run`` stops nodes
+with SIGTERM. Jazzy-compatible (explicit init and try/finally, no context manager).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import rclpy
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -27,11 +30,11 @@ def run_node(name: str, make_node: Callable[[], N], args: list[str] | None = Non
              finished: Callable[[N], bool] = lambda node: False,
              error: Callable[[N], str | None] = lambda node: None) -> int:
     """Spin ``make_node()`` until a signal or ``finished(node)``; exit 0, 1 (``error(node)``) or 2 (CalfError)."""
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     node: N | None = None
     try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         node = make_node()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
@@ -45,6 +48,8 @@ def run_node(name: str, make_node: Callable[[], N], args: list[str] | None = Non
     except CalfError as err:
         print(f'{name}: error: {err}', file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        return 0
     finally:
         if node is not None:
             node.destroy_node()
