@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import importlib
 import math
+import numbers
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -104,7 +105,7 @@ def _find_spec(name: str) -> TaskSpec:
             return _spec_file(beside, name, env=name)
         return _default_spec(name)
     if name not in gym.registry and ':' not in name:
-        raise ConfigError(f'unknown env {name!r}: give a built-in task ({", ".join(BUILTIN_TASKS)}), a registered '
+        raise ConfigError(f'unknown env {shown(name)}: give a built-in task ({", ".join(BUILTIN_TASKS)}), a registered '
                           f'gymnasium id such as Pendulum-v1, a package.module:callable or a spec file (.yaml)')
     return _default_spec(name)
 
@@ -133,26 +134,26 @@ def user_code(env_name: str, what: str) -> Iterator[None]:
 
 
 def check_spaces(env: gym.Env, env_name: str, keys: tuple[str | int, ...] | None = None) -> None:
-    """One-line ConfigError unless ``env``'s spaces are ones CALF carries: observations of at most
-    ``MAX_OBS_VALUES`` values (the ``keys`` parts of a Dict/Tuple) and actions of at most ``MAX_ACTIONS``
-    (Discrete) or ``MAX_ACTIONS`` values (Box)."""
+    """One-line ConfigError unless ``env``'s spaces are ones CALF carries: observations of 1 to
+    ``MAX_OBS_VALUES`` values (the ``keys`` parts of a Dict/Tuple), and Discrete actions (1 to
+    ``MAX_ACTIONS`` of them) or Box actions (1 to ``MAX_ACTIONS`` values)."""
     with user_code(env_name, 'reading its spaces'):
         observation_space, action_space = env.observation_space, env.action_space
     size = _values(observation_space, keys)
     if size is None:
         raise ConfigError(f'env {env_name}: its observation space {shown(observation_space)} is not one CALF can '
                           f'flatten: use Box, Discrete, MultiBinary, MultiDiscrete or a Dict/Tuple of them')
-    if size > MAX_OBS_VALUES:
-        raise ConfigError(f'env {env_name}: its observations hold {size} values, more than CALF carries '
-                          f'({MAX_OBS_VALUES}): observe fewer values (observation_keys in a spec file selects parts)')
-    if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+    if not 1 <= size <= MAX_OBS_VALUES:
+        raise ConfigError(f'env {env_name}: its observations hold {size} values, CALF carries 1 to {MAX_OBS_VALUES}: '
+                          f'observe fewer values (observation_keys in a spec file selects parts)')
+    if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
         raise ConfigError(f'env {env_name}: its action space {shown(action_space)} is not one CALF carries: '
                           f'use Box or Discrete')
     size = _values(action_space, None)
-    if size is not None and size > MAX_ACTIONS:
+    if not 1 <= size <= MAX_ACTIONS:
         what = 'values per action' if isinstance(action_space, gym.spaces.Box) else 'actions'
-        raise ConfigError(f'env {env_name}: its action space {shown(action_space)} has {size} {what}, more than a '
-                          f'policy emits ({MAX_ACTIONS})')
+        raise ConfigError(f'env {env_name}: its action space {shown(action_space)} has {size} {what}, a policy emits '
+                          f'1 to {MAX_ACTIONS}')
 
 
 class _Facts(NamedTuple):
@@ -168,9 +169,11 @@ def _probe(env_name: str, keys: tuple[str | int, ...] | None) -> _Facts:
     anything it raises or a non-finite observation. Once per env and process; the env is then closed."""
     env = _construct(env_name, keys)
     try:
-        with user_code(env_name, 'env.unwrapped.dt'):
+        with user_code(env_name, 'reading env.unwrapped.dt'):
             dt = getattr(env.unwrapped, 'dt', None)
-            dt = None if dt is None else float(dt)
+        if dt is not None and (isinstance(dt, bool) or not isinstance(dt, numbers.Real)):
+            raise ConfigError(f'env {env_name}: env.unwrapped.dt is {shown(dt)}, not a tick period in seconds: '
+                              f'give `dt: SECONDS` in a spec file')
         flat = _flat(env, keys)
         with user_code(env_name, 'reset'):
             observation = flat.reset(seed=0)[0]
@@ -182,7 +185,7 @@ def _probe(env_name: str, keys: tuple[str | int, ...] | None) -> _Facts:
     finally:
         with user_code(env_name, 'close'):
             env.close()
-    return _Facts(dt, isinstance(env.action_space, gym.spaces.Box))
+    return _Facts(None if dt is None else float(dt), isinstance(env.action_space, gym.spaces.Box))
 
 
 def _check_observation(observation: Any, space: gym.Space, env_name: str, when: str) -> None:

@@ -69,7 +69,7 @@ BAD_WRAPS = {  # the call: (the error class, what its one line says)
                                    ConfigError, 'plan_horizon must be in'),
     'an env object with too many observation values': (
         lambda: calf_core.wrap(importlib.import_module('hostile_envs').wide_observation()), ConfigError,
-        'values, more than CALF carries'),
+        'values, CALF carries 1 to'),
     'an entry point that emits NaN': (lambda: calf_core.wrap('hostile_envs:nan_at_reset'), ConfigError,
                                       'env hostile_envs:nan_at_reset: reset returned an observation with NaN'),
     'an entry point that exits': (lambda: calf_core.wrap('hostile_envs:exits'), ConfigError,
