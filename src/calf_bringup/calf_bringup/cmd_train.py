@@ -148,6 +148,9 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
               'resume': args.resume, 'max_workers': args.max_workers}
     specs = training_graph(params, args.workers, args.envs or cartpole_defaults().num_envs, args.seed,
                            args.learner_network, args.out, key_file)
+    if key_file == str(args.out.resolve() / KEY_FILE):  # made once every argument has been checked
+        create_key(Path(key_file))
+        print(f'distributed-training key: {key_file} (remote workers: calf worker --key COPY_OF_IT)', file=sys.stderr)
     code = run_training(specs, args.domain_id)
     summary = args.out / SUMMARY
     if code == 0 and summary.is_file():
@@ -159,16 +162,14 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
 
 
 def _key_file(args: argparse.Namespace) -> str:
-    """The key file the nodes read: --key, none (they read CALF_DIST_KEY), or OUT/dist.key, created if missing."""
+    """The key file the nodes read: --key, none (they read CALF_DIST_KEY), or OUT/dist.key (created later)."""
     if args.key:
         read_key_file(Path(args.key))
         return str(Path(args.key).resolve())
     if os.environ.get(KEY_ENV):
         parse_key(os.environ[KEY_ENV], KEY_ENV)
         return ''
-    path = create_key(args.out.resolve() / KEY_FILE)
-    print(f'distributed-training key: {path} (remote workers: calf worker --key COPY_OF_IT)', file=sys.stderr)
-    return str(path)
+    return str(args.out.resolve() / KEY_FILE)
 
 
 def _representation(args: argparse.Namespace, network: str) -> Representation | None:
