@@ -50,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except CalfError as err:
-        print(f'calf {args.command}: error: {err}', file=sys.stderr)
+    except CalfError as err:  # one line, whatever the message holds (user code may raise a CalfError too)
+        print(f'calf {args.command}: error: {" ".join(str(err).split())}', file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f'calf {args.command}: interrupted', file=sys.stderr)

@@ -62,6 +62,7 @@ HOSTILE_ENVS = {  # entry point in tests/fixtures: what the error line says
     'hostile_envs:wide_observation': f'its observations hold {MAX_OBS_VALUES + 1} values, CALF carries 1 to',
     'hostile_envs:many_actions': f'has {MAX_ACTIONS + 1} actions, a policy emits 1 to {MAX_ACTIONS}',
     'hostile_envs:not_an_env': 'returned int, not a gymnasium env',
+    'hostile_envs:raises_a_calf_error': 'constructing it raised ConfigError: first line second line',
 }
 
 

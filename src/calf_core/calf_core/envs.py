@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from calf_core.errors import CalfError, ConfigError, shown
+from calf_core.errors import ConfigError, shown
 from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES
 from calf_core.link import Link
 from calf_core.networked_env import NetworkedEnv
@@ -120,12 +120,12 @@ def make_env(name: str, spec: TaskSpec | None = None) -> gym.Env:
 
 
 @contextlib.contextmanager
-def user_code(env_name: str, what: str) -> Iterator[None]:
-    """Run a piece of a user's env: anything it raises (``SystemExit`` too, ``KeyboardInterrupt`` not)
-    becomes one ConfigError naming ``env_name`` and ``what`` it was doing."""
+def user_code(env_name: str, what: str, passing: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Run a piece of a user's env: anything it raises (``SystemExit`` too; not ``KeyboardInterrupt``, nor
+    the ``passing`` types the caller handles) becomes one ConfigError naming ``env_name`` and ``what``."""
     try:
         yield
-    except (KeyboardInterrupt, CalfError):
+    except (KeyboardInterrupt, *passing):
         raise
     except BaseException as err:  # noqa: BLE001 - user code may raise anything, SystemExit included
         text = ' '.join(str(err).split())
@@ -306,15 +306,15 @@ def _default_spec(name: str) -> TaskSpec:
 def _construct(env_name: str, keys: tuple[str | int, ...] | None = None) -> gym.Env:
     """``gym.make(env_name)``, or the entry point's callable called with no arguments; its spaces checked."""
     factory = _entry_point(env_name, required=False) if ':' in env_name else None
-    with user_code(env_name, 'constructing it'):
-        try:
+    try:
+        with user_code(env_name, 'constructing it', passing=(gym.error.Error,)):
             env = factory() if factory is not None else gym.make(env_name)
-        except gym.error.Error as err:
-            if ':' in env_name:
-                module, _, attr = env_name.partition(':')
-                raise ConfigError(f'entry point {env_name}: module {module} has no callable {attr!r} and gymnasium '
-                                  f'knows no such id') from None
-            raise ConfigError(f'env {env_name!r}: {" ".join(str(err).split())}') from None
+    except gym.error.Error as err:
+        if ':' in env_name:
+            module, _, attr = env_name.partition(':')
+            raise ConfigError(f'entry point {env_name}: module {module} has no callable {attr!r} and gymnasium '
+                              f'knows no such id') from None
+        raise ConfigError(f'env {shown(env_name)}: {" ".join(str(err).split())[:300]}') from None
     if not isinstance(env, gym.Env):
         raise ConfigError(f'entry point {env_name} returned {type(env).__name__}, not a gymnasium env')
     check_spaces(env, env_name, keys)
@@ -343,9 +343,9 @@ def _beside(name: str) -> Path | None:
 
 
 def _import(module_name: str, name: str) -> Any:
-    with user_code(name, f'importing {module_name}'):
-        try:
+    try:
+        with user_code(name, f'importing {module_name}', passing=(ImportError,)):
             return importlib.import_module(module_name)
-        except ImportError as err:
-            raise ConfigError(f'env {name}: cannot import {module_name}: {" ".join(str(err).split())[:200]}') from None
+    except ImportError as err:
+        raise ConfigError(f'env {name}: cannot import {module_name}: {" ".join(str(err).split())[:200]}') from None
 
