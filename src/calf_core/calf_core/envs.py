@@ -12,11 +12,13 @@
 Without a spec file the tick is the env's own ``env.unwrapped.dt`` (MuJoCo and Pendulum have one);
 Box actions hold ``zero`` and Discrete ones ``last``; surviving to the time limit is success.
 
-An env is user code, checked at this boundary once per process (:func:`env_spec`, :func:`make_env`):
-importing its modules, constructing it, its spaces, and its first reset and step. Whatever that code
-raises (``SystemExit`` included; not ``KeyboardInterrupt``), a non-finite observation, or a space
-of more than ``MAX_OBS_VALUES`` observation values or ``MAX_ACTIONS`` actions becomes one ConfigError
-naming the env. Later steps are not checked.
+An env is user code, checked at this boundary: importing its modules, constructing it, and its spaces,
+whenever CALF builds it; and once per process (:func:`resolve_env_arg`, :func:`make_env`) a probe: one
+instance reset with seed 0, one step with the zero action (Box zeros clipped into its bounds, or a
+Discrete space's first action), and closed. Whatever that code raises (``SystemExit`` included; not
+``KeyboardInterrupt``), a non-finite observation or one of the wrong size, or spaces outside 1 to
+``MAX_OBS_VALUES`` observation values or 1 to ``MAX_ACTIONS`` actions (or Box action values) becomes
+one ConfigError naming the env. Later steps are not checked.
 """
 from __future__ import annotations
 
@@ -60,16 +62,19 @@ def add_env_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_env_arg(env: str | None, env_spec_file: str | None) -> str:
-    """The one ``--env`` string for ``--env NAME`` and/or ``--env-spec FILE`` (the file's path), checked."""
+    """The one ``--env`` string for ``--env NAME`` and/or ``--env-spec FILE`` (the file's path), its env
+    checked (see the module doc) before any work."""
     if env_spec_file is None:
         env = env or 'cartpole'
-        env_spec(env)
-        return env
-    path = str(Path(env_spec_file).resolve())
-    spec = env_spec(path)
-    if env is not None and env not in (spec.env, spec.name):
-        raise ConfigError(f'--env {env} and --env-spec {env_spec_file} (env: {spec.env}) disagree: give one')
-    return path
+        spec = env_spec(env)
+    else:
+        path = str(Path(env_spec_file).resolve())
+        spec = env_spec(path)
+        if env is not None and env not in (spec.env, spec.name):
+            raise ConfigError(f'--env {env} and --env-spec {env_spec_file} (env: {spec.env}) disagree: give one')
+        env = path
+    _probe(spec.env, spec.observation_keys)
+    return env
 
 
 def builtin_for_id(gym_id: str) -> str | None:
@@ -85,13 +90,7 @@ def _builtin_env(name: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def env_spec(name: str) -> TaskSpec:
-    """The TaskSpec for ``name`` (see the module doc), its env checked, or a one-line ConfigError."""
-    spec = _find_spec(name)
-    _probe(spec.env, spec.observation_keys)
-    return spec
-
-
-def _find_spec(name: str) -> TaskSpec:
+    """The TaskSpec for ``name`` (see the module doc), or a one-line ConfigError."""
     if name in BUILTIN_TASKS:
         return _spec_file(TASKS_DIR / f'{name}.yaml', name)
     builtin = builtin_for_id(name)
@@ -165,8 +164,8 @@ class _Facts(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def _probe(env_name: str, keys: tuple[str | int, ...] | None) -> _Facts:
-    """Construct ``env_name`` (checked), reset it with seed 0 and take one step: a one-line ConfigError for
-    anything it raises or a non-finite observation. Once per env and process; the env is then closed."""
+    """Construct ``env_name`` (checked), reset it with seed 0, step it with the zero action and close it: a
+    one-line ConfigError for anything it raises or a bad observation. Cached: once per env and process."""
     env = _construct(env_name, keys)
     try:
         with user_code(env_name, 'reading env.unwrapped.dt'):
@@ -179,13 +178,19 @@ def _probe(env_name: str, keys: tuple[str | int, ...] | None) -> _Facts:
             observation = flat.reset(seed=0)[0]
         _check_observation(observation, flat.observation_space, env_name, 'reset')
         with user_code(env_name, 'step'):
-            flat.action_space.seed(0)
-            observation = flat.step(flat.action_space.sample())[0]
+            observation = flat.step(_zero_action(flat.action_space))[0]
         _check_observation(observation, flat.observation_space, env_name, 'its first step')
     finally:
         with user_code(env_name, 'close'):
             env.close()
     return _Facts(None if dt is None else float(dt), isinstance(env.action_space, gym.spaces.Box))
+
+
+def _zero_action(space: gym.Space) -> Any:
+    """The action a probe applies: zeros clipped into a Box's bounds, or a Discrete space's first action."""
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
+    return space.start
 
 
 def _check_observation(observation: Any, space: gym.Space, env_name: str, when: str) -> None:
