@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -139,6 +142,23 @@ def test_cluster_address_without_a_cluster_is_one_line_exit_2(tmp_path: Path) ->
     done = calf(env, *SMALL, '--cluster', f'ray:127.0.0.2:{_closed_port()}', '--out', tmp_path, check=False)
     assert done.returncode == 2
     assert 'no Ray cluster at' in done.stderr and 'ray start --head' in done.stderr
+
+
+def test_a_listener_that_is_not_ray_is_one_line_exit_2_within_seconds(tmp_path: Path) -> None:
+    """A plain TCP server that accepts and never answers: Ray's own connect would retry for minutes."""
+    from ray_cluster import HOST
+    with socket.create_server((HOST, 0)) as server:
+        accepted: list[socket.socket] = []
+        threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+        env = {**os.environ, 'RAY_USAGE_STATS_ENABLED': '0'}
+        started = time.monotonic()
+        done = calf(env, *SMALL, '--cluster', f'ray:{HOST}:{server.getsockname()[1]}', '--out', tmp_path,
+                    check=False)
+        for sock in accepted:
+            sock.close()
+    assert done.returncode == 2 and done.stderr.count('\n') == 1, done.stderr[-3000:]
+    assert 'is not a Ray cluster' in done.stderr and 'ray start --head' in done.stderr
+    assert accepted and time.monotonic() - started < 60.0
 
 
 def _closed_port() -> int:

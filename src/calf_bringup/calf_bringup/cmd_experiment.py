@@ -10,7 +10,7 @@ from pathlib import Path
 
 from calf_bringup.cli_args import MAX_EPISODES, MAX_STEPS, count
 from calf_bringup.experiment import run_table, write_outputs
-from calf_bringup.experiment_cells import Executor
+from calf_bringup.experiment_ray import RayExecutor, parse_cluster
 from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, TableSpec, env_table
 from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
@@ -42,11 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     tables, names = _tables(args)
-    make_out_dir(args.out, 'results directory')
-    command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
     if args.shared_out and not args.cluster:
         raise ConfigError('--shared-out applies to --cluster runs only: add --cluster ray, or drop --shared-out')
-    executor = _cluster(args.cluster, args.shared_out) if args.cluster else None
+    address = parse_cluster(args.cluster) if args.cluster else None
+    make_out_dir(args.out, 'results directory')
+    command = 'calf ' + ' '.join(shlex.quote(a) for a in sys.argv[1:])
+    executor = RayExecutor(address, args.shared_out) if address else None
     failed = 0
     for name in names:
         started = time.time()
@@ -83,8 +84,3 @@ def _tables(args: argparse.Namespace) -> tuple[dict[str, TableSpec], list[str]]:
         raise ConfigError(f'calf experiment: give a table name ({args.name}) or --env, not both')
     spec = env_table(resolve_env_arg(args.env, args.env_spec))
     return {spec.name: spec}, [spec.name]
-
-
-def _cluster(value: str, shared: bool) -> Executor:
-    from calf_bringup.experiment_ray import RayExecutor, parse_cluster
-    return RayExecutor(parse_cluster(value), shared)

@@ -16,13 +16,21 @@ from calf_bringup.experiment_cells import CPUS_PER_CELL
 from calf_core.errors import ConfigError
 
 INSTALL = 'pip install -r requirements-ray.lock'
+PROBE_TIMEOUT_S = 5.0
+"""How long the head's address may take to accept a connection, then to answer as a gRPC server."""
+HTTP2_PREFACE = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'\x00\x00\x00\x04\x00\x00\x00\x00\x00'
+"""A client's HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS) answers
+with its own SETTINGS frame (frame type 4, the fourth byte)."""
 
 
 def parse_cluster(value: str) -> str:
     """``ray`` -> ``auto`` (an existing cluster), ``ray:local`` -> ``local``, ``ray:HOST:PORT`` -> ``HOST:PORT``."""
-    kind, _, address = value.partition(':')
+    kind, colon, address = value.partition(':')
     if kind != 'ray':
         raise ConfigError(f'--cluster {value!r}: expected ray, ray:local or ray:HOST:PORT')
+    if colon and not address:
+        raise ConfigError('--cluster ray: names no cluster: write ray:local (start one on this machine) or '
+                          'ray:HOST:PORT (join the one there)')
     return address or 'auto'
 
 
@@ -68,15 +76,29 @@ class RayExecutor:
 
 
 def _probe(address: str) -> None:
-    """Fail fast, with what to do, when nothing listens at ``HOST:PORT`` (Ray itself retries for minutes)."""
+    """Fail fast, with what to do, when nothing listens at ``HOST:PORT``, or something that is not a gRPC
+    server (Ray itself retries for minutes). With ``RAY_USE_TLS`` the head speaks TLS: only the connection
+    is checked."""
     host, _, port = address.rpartition(':')
     if not port.isdigit():
         raise ConfigError(f'--cluster ray:{address}: expected ray:HOST:PORT, e.g. ray:10.0.0.1:6379')
     try:
-        socket.create_connection((host, int(port)), timeout=5).close()
+        sock = socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S)
     except OSError as err:
         raise ConfigError(f'no Ray cluster at {address!r} ({err.strerror or err}): start one with '
                           '`ray start --head` there, or use --cluster ray:local') from None
+    with sock:
+        if os.environ.get('RAY_USE_TLS', '0').lower() in ('1', 'true'):
+            return
+        try:
+            sock.sendall(HTTP2_PREFACE)
+            answer = sock.recv(9, socket.MSG_WAITALL)
+        except OSError:  # a timeout, or a reset
+            answer = b''
+    if len(answer) < 9 or answer[3] != 4:
+        raise ConfigError(f'what listens at {address!r} is not a Ray cluster (no gRPC answer within '
+                          f'{PROBE_TIMEOUT_S:g} s): give the address `ray start --head` printed (port 6379 by '
+                          'default)')
 
 
 def experiment_cell(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:

@@ -34,6 +34,8 @@ BAD_ARGS = {
     'run --network missing.yaml': (['run', 'sim_net', '--network', 'missing.yaml', '--policy', 'x'],
                                    "bad --network missing.yaml: cannot read profile"),
     'experiment --seeds 0': (['experiment', 'table4', '--seeds', '0'], 'argument --seeds'),
+    'experiment --cluster ray:': (['experiment', 'table6', '--cluster', 'ray:', '--out', 'no_such_dir'],
+                                  '--cluster ray: names no cluster: write ray:local'),
     'unknown option': (['eval', '--policy', 'x', '--bogus'], 'unrecognized arguments'),
 }
 
