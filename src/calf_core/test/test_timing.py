@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from calf_core.task_spec import SuccessRule, TaskSpec
-from calf_core.timing import HoldMode, ObservationGate, PlanExecutor, Stepper, Verdict
+from calf_core.timing import HoldMode, ObservationGate, PlanExecutor, Stepper, Verdict, keep_newest
 
 DISCRETE_7 = gym.spaces.Discrete(7)
 
@@ -104,3 +104,10 @@ def test_gate_admits_only_newer_observations_and_env_restarts() -> None:
     assert not gate.admit(0, 5), 'a late observation of an older episode is skipped'
     assert gate.admit(0, 3, run=7), 'an env side that restarted (new run id) is followed at once'
     assert not gate.admit(0, 2, run=7)
+
+
+def test_keep_newest_picks_the_newest_of_one_instant_per_policy() -> None:
+    """One burst as a list (NetworkedEnv), or one row per policy with -1 for empty slots (the vector env)."""
+    assert keep_newest([7, 9, 8]) == 1
+    rows = np.array([[3, 5, -1, 4], [-1, -1, 2, -1], [11, 10, 12, 12]])
+    assert keep_newest(rows).tolist() == [1, 2, 2]
