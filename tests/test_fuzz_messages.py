@@ -25,6 +25,7 @@ def test_ten_thousand_hostile_messages(tmp_path: Path) -> None:
         context.try_shutdown()
     env, agent = report['env'], report['policy']
     assert 0 < env['rejected'] <= env['actions_received'], report
+    assert env['dropped_middleware'] > 0, 'damaged actions that do not deserialize are counted'
     assert 0 < agent['rejected'] <= agent['received'], report
     assert agent['anomalies'].get('episode_jump', 0) > 0, report
     assert min(report['shim']['received']) >= 10_000 // 4 // 2, 'most hostile messages reach the shim'

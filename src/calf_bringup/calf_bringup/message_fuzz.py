@@ -5,7 +5,8 @@
 ``messages`` seeded, randomised messages: half well-typed messages with hostile field values
 (sizes up to 4x the plan bound, NaN and infinity, extreme integers, forged run and episode ids),
 half serialized valid messages with bytes flipped or cut (the middleware drops what does not
-deserialize, with a line on stderr, and counts it nowhere). Afterwards it checks that episodes go on with the policy's actions. The report
+deserialize, with a line on stderr; the env counts those in ``dropped_middleware``, from the gap each
+leaves in the publisher's sequence numbers). Afterwards it checks that episodes go on with the policy's actions. The report
 holds what each node received, refused and did, and the process's resident memory over time.
 
     python -m calf_bringup.message_fuzz --messages 100000 --seed 0 --policy CKPT   # the long mode (bench/)
@@ -149,7 +150,7 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
         if not wait_until(lambda: len(fuzzer.results) >= 1, 60.0):
             raise RuntimeError('no episode completed before the fuzz')
         memory = [rss_kb()]
-        before = (env.rejected, agent.rejected, agent.received, env.actions_received)
+        before = (env.rejected, agent.rejected, agent.received, env.actions_received, env.losses.count)
         start = time.monotonic()
         for k in range(messages):
             episode, seq = env.stepper.episode, env.stepper.tick_index  # what a sniffer on the domain sees
@@ -173,7 +174,8 @@ def run_fuzz(context: Context, policy: Path, messages: int, seed: int, time_scal
         recovered = wait_until(lambda: len(after()) >= 3, 120.0)
         return {
             'messages': messages, 'seed': seed, 'fuzz_s': round(fuzz_s, 1),
-            'env': {'actions_received': env.actions_received - before[3], 'rejected': env.rejected - before[0]},
+            'env': {'actions_received': env.actions_received - before[3], 'rejected': env.rejected - before[0],
+                    'dropped_middleware': env.losses.count - before[4]},
             'policy': {'received': agent.received - before[2], 'rejected': agent.rejected - before[1],
                        'anomalies': dict(agent.runner.anomalies)},
             'shim': {'received': [shim.releaser.stats(i).counters.received for i in (0, 1)]},
