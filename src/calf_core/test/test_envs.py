@@ -1,6 +1,7 @@
 """``--env`` resolution: built-in tasks, gymnasium ids, entry points and task spec files, with one-line errors."""
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,17 @@ def test_bad_spec_files_are_one_line_config_errors(tmp_path: Path, text: str, me
     with pytest.raises(ConfigError, match=message) as err:
         env_spec(str(path))
     assert '\n' not in str(err.value)
+
+
+FIXTURES = Path(__file__).resolve().parents[3] / 'tests' / 'fixtures'
+
+
+def test_a_user_env_is_probed_once_per_process_with_the_zero_action(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe (one instance: reset with seed 0, one zero-action step, close) runs once; later builds
+    are plain constructions, and their steps are not checked."""
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    log = importlib.import_module('hostile_envs').Recorded.LOG
+    log.clear()
+    first, second = make_env('hostile_envs:recorded'), make_env('hostile_envs:recorded')
+    assert log == ['construct', ('reset', 0), ('step', [0.0, 0.0]), 'close', 'construct', 'construct']
+    assert first is not second and first.action_space.shape == (2,)
