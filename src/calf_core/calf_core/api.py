@@ -51,13 +51,14 @@ def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt
     :class:`~calf_core.errors.ConfigError` (a ``ValueError``), a value of the wrong type a
     :class:`~calf_core.errors.ConfigTypeError` (also a ``TypeError``).
     """
-    _check_arguments(env, network, dt, seed, plan_horizon, task)
+    _check_arguments(env, network, seed, plan_horizon, task)
+    dt = _seconds(dt)
     env = os.fspath(env) if isinstance(env, os.PathLike) else env
     task = os.fspath(task) if isinstance(task, os.PathLike) else task
     profile = network if isinstance(network, Profile) else resolve_network(network)
     spec = _task_for(env, task, dt)
     if dt is not None:
-        spec = dataclasses.replace(spec, dt=float(dt))
+        spec = dataclasses.replace(spec, dt=dt)
     inner = env if isinstance(env, gym.Env) else make_env(spec.name, spec)
     if isinstance(env, gym.Env):
         check_spaces(inner, spec.name, spec.observation_keys)
@@ -73,7 +74,19 @@ def make(env: str | gym.Env = 'cartpole', network: str | Path | Profile = 'wifi_
     return wrap(env, network, dt, seed, plan_horizon, task)
 
 
-def _check_arguments(env: Any, network: Any, dt: Any, seed: Any, plan_horizon: Any, task: Any) -> None:
+def _seconds(dt: Any) -> float | None:
+    """``dt`` as a float, or None; its range is a task spec's (TaskSpec checks it)."""
+    if dt is None:
+        return None
+    if not _is_number(dt):
+        raise ConfigTypeError(f'wrap: dt must be a tick period in seconds (a number), got {_short(dt)}')
+    try:
+        return float(dt)
+    except OverflowError:
+        raise ConfigError(f'wrap: dt must be a tick period in seconds, got {shown(dt)}') from None
+
+
+def _check_arguments(env: Any, network: Any, seed: Any, plan_horizon: Any, task: Any) -> None:
     """One-line ConfigTypeError or ConfigError for the first argument of :func:`wrap` that is wrong."""
     if not isinstance(env, (gym.Env, str, os.PathLike)):
         raise ConfigTypeError(f'wrap: env must be a gymnasium env or an env name such as "Pendulum-v1", '
@@ -81,8 +94,6 @@ def _check_arguments(env: Any, network: Any, dt: Any, seed: Any, plan_horizon: A
     if not isinstance(network, (str, os.PathLike, Profile)):
         raise ConfigTypeError(f'wrap: network must be a profile name such as "wifi_normal", a profile or trace '
                               f'path, or a Profile, got {_short(network)}')
-    if not (dt is None or _is_number(dt)):
-        raise ConfigTypeError(f'wrap: dt must be a tick period in seconds (a number), got {_short(dt)}')
     if seed is not None:
         _check_int(seed, 'seed', 0, U64_MAX)
     _check_int(plan_horizon, 'plan_horizon', 1, MAX_PLAN_HORIZON)

@@ -54,6 +54,8 @@ BAD_WRAPS = {  # the call: (the error class, what its one line says)
     'wrap(None)': (lambda: calf_core.wrap(None), ConfigTypeError, 'got NoneType None'),
     'dt=inf': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), dt=math.inf), ConfigError, 'dt must be'),
     'dt=nan': (lambda: calf_core.wrap(gym.make('MountainCarContinuous-v0'), dt=math.nan), ConfigError, 'dt must be'),
+    'dt giant': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), dt=10 ** 5000), ConfigError, 'dt must be'),
+    'dt 1e308': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), dt=1e308), ConfigError, 'dt must be'),
     'dt as text': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), dt='0.05'), ConfigTypeError, 'dt must be'),
     'plan_horizon=10**9': (lambda: calf_core.wrap(gym.make('Pendulum-v1'), plan_horizon=10 ** 9), ConfigError,
                            f'plan_horizon must be in [1, {MAX_PLAN_HORIZON}], got 1000000000'),
