@@ -21,13 +21,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from calf_core.envs import FlattenObservation, builtin_for_id, check_spaces, env_spec, make_env, make_networked_env
+from calf_core.envs import FlattenObservation, builtin_for_id, env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError, ConfigTypeError, shown
 from calf_core.limits import MAX_PLAN_HORIZON, U64_MAX
 from calf_core.networked_env import ENV_ID, NetworkedEnv
 from calf_core.profiles import Profile
 from calf_core.task_spec import HoldMode, TaskSpec
 from calf_core.traces import resolve_network
+from calf_core.user_env import check_spaces
 
 
 def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,
