@@ -159,8 +159,9 @@ def test_a_saved_sac_actor_loads_with_the_same_actions(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sac_learns_pendulum(tmp_path: Path) -> None:
-    """From about -1200 (random torques) to above -600 within 6,000 steps (about a minute on one core)."""
-    cfg = dataclasses.replace(sac_defaults(), total_steps=6_000, seed=0)
+    """From about -1200 (random torques) to above -600 within 7,000 steps. 64x64 networks keep the 6,000 updates
+    cheap; the default 256x256 ones learn Pendulum-v1 as fast (bench/bench_sac_vs_sb3.py) at 4-5x the cost."""
+    cfg = dataclasses.replace(sac_defaults(), total_steps=7_000, seed=0, hidden=(64, 64))
     started = time.perf_counter()
     result = train(cfg, make_pendulum, tmp_path, progress=False)
     returns = result.episode_returns
