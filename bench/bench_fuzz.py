@@ -3,12 +3,12 @@
 - files: randomised profiles, relay configs, meta.json files and bags through their loaders, plus some
   through `calf` in a memory-limited process; every case must load or be refused with one line.
 - messages: hostile messages of every CALF message type into a live env, policy and shim.
-- flood: Observations as fast as one publisher sends them into a live shim, and whether its counters
-  account for each (received + dropped_middleware + rejected against sent).
+- flood: messages as fast as one publisher sends them into a live shim (or env node), and whether its
+  counters account for each (received + dropped_middleware + rejected against sent).
 
     python bench/bench_fuzz.py files --cases 2000 --cli-cases 20 --seed 1
     python bench/bench_fuzz.py messages --messages 100000 --seed 1
-    python bench/bench_fuzz.py flood --seconds 10
+    python bench/bench_fuzz.py flood --seconds 10 --target shim
 """
 from __future__ import annotations
 
@@ -26,10 +26,11 @@ def main() -> int:
     parser.add_argument('--messages', type=int, default=100_000)
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--seconds', type=float, default=10.0, help='flood: seconds of flood')
+    parser.add_argument('--target', choices=('shim', 'env'), default='shim', help='flood: the node flooded')
     args = parser.parse_args()
     if args.what == 'flood':
         from calf_bringup.message_flood import main as flood
-        return flood(['--seconds', str(args.seconds)])
+        return flood(['--target', args.target, '--seconds', str(args.seconds)])
     with tempfile.TemporaryDirectory() as tmp:
         if args.what == 'files':
             from calf_bringup.file_fuzz import main as files

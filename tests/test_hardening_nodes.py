@@ -90,14 +90,16 @@ def test_an_out_of_bounds_continuous_action_is_rejected_counted_and_logged(graph
 
 
 @pytest.mark.slow
-def test_the_shim_counters_account_for_every_message_of_a_flood() -> None:
-    """Seconds of Observations as fast as a publisher sends them: most never reach the shim's callback (its
-    KEEP_LAST history of 10 is overwritten), and each is counted in received or dropped_middleware."""
+@pytest.mark.parametrize('target', ['shim', 'env'])
+def test_the_counters_account_for_every_message_of_a_flood(target: str) -> None:
+    """Seconds of Observations into the shim (Actions into the env) as fast as a publisher sends them: most never
+    reach the node's callback (its KEEP_LAST history of 10 is overwritten), and each is counted in received or
+    dropped_middleware."""
     context = new_context()
     try:
-        report = run_flood(context, seconds=3.0)
+        report = run_flood(context, target, seconds=3.0)
     finally:
         context.try_shutdown()
     assert report['settled'] and report['sent'] > 1000, report
     assert 0.99 * report['sent'] <= report['accounted'] <= 1.01 * report['sent'], report
-    assert report['rejected'] == 0 and report['received'] >= report['delivered'] > 0, report
+    assert report['rejected'] == 0 and report['received'] > 0, report
