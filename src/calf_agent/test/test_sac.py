@@ -142,6 +142,8 @@ def test_sac_needs_single_box_actions_and_the_mlp_policy() -> None:
         train_policy('Pendulum-v1', 'sim_clean', 0, Path('unused'), steps=10, plan_horizon=2, algo='sac')
     with pytest.raises(ConfigError, match='algo must be one of ppo, sac'):
         spec_from_mapping({'env': 'Pendulum-v1', 'dt': 0.05, 'algo': 'ddpg'}, 'mine')
+    with pytest.raises(ConfigError, match='algo sac trains an mlp policy: drop agent: lstm'):
+        spec_from_mapping({'env': 'Pendulum-v1', 'algo': 'sac', 'agent': 'lstm'}, 'mine', dt=0.05)
     with pytest.raises(ValueError, match='sac trains an mlp policy'):
         TrainConfig(algo='sac', agent='lstm')
     assert train_defaults('Pendulum-v1', 'sac').algo == 'sac' and train_defaults('Pendulum-v1').algo == 'ppo'

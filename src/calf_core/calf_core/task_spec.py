@@ -96,6 +96,8 @@ class TaskSpec:
             raise ConfigError(f'task {self.name}: agent must be one of {", ".join(AGENTS)}, got {self.agent!r}')
         if self.algo is not None and self.algo not in ALGOS:
             raise ConfigError(f'task {self.name}: algo must be one of {", ".join(ALGOS)}, got {self.algo!r}')
+        if self.algo == 'sac' and self.agent == 'lstm':
+            raise ConfigError(f'task {self.name}: algo sac trains an mlp policy: drop agent: lstm, or use algo: ppo')
 
 
 _KEYS = {f.name for f in fields(TaskSpec)}
