@@ -60,7 +60,8 @@ class _Loop:
                  rng: np.random.Generator) -> None:
         self.cfg, self.actor, self.envs, self.rng = cfg, actor, envs, rng
         self.learner = SacLearner(actor, cfg.sac)
-        self.buffer = ReplayBuffer(min(cfg.sac.buffer_size, cfg.total_steps), actor.obs_dim, actor.action_dim)
+        capacity = min(cfg.sac.buffer_size, cfg.total_steps + cfg.num_envs)  # never more rows than transitions
+        self.buffer = ReplayBuffer(capacity, actor.obs_dim, actor.action_dim)
         self.episodes = Episodes(cfg.return_window)
         self.global_step = self.updates = 0
         self.elapsed = 0.0
@@ -72,7 +73,7 @@ class _Loop:
         start = time.perf_counter()
         obs = np.asarray(self.envs.reset(seed=cfg.seed)[0], dtype=np.float32)
         stats: dict[str, torch.Tensor] = {}
-        total = cfg.total_steps // n * n
+        total = -(-cfg.total_steps // n) * n  # the budget is a minimum: whole vector steps
         logged = 0
         with run_log(out_dir, CSV_FIELDS, total, progress) as log:
             while self.global_step < total:
