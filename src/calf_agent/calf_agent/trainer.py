@@ -82,9 +82,8 @@ class TrainConfig:
             raise ValueError(f'unknown agent {self.agent!r}: choose one of {", ".join(AGENT_KINDS)}')
         if min(self.num_envs, self.num_steps, self.return_window, self.torch_threads) < 1:
             raise ValueError('num_envs, num_steps, return_window and torch_threads must be >= 1')
-        if self.total_steps < self.batch_size:
-            raise ValueError(f'total_steps={self.total_steps} is below one rollout '
-                             f'(num_envs * num_steps = {self.batch_size})')
+        if self.total_steps < 1:
+            raise ValueError(f'total_steps={self.total_steps} must be >= 1')
         if self.plan_head not in PLAN_HEADS or (self.agent == 'lstm' and self.plan_head != 'independent'):
             raise ValueError(f'plan_head {self.plan_head!r} needs the mlp agent; choose one of {", ".join(PLAN_HEADS)}')
         split = self.num_envs if self.agent == 'lstm' else self.batch_size
@@ -99,8 +98,8 @@ class TrainConfig:
 
     @property
     def num_iterations(self) -> int:
-        """Rollout/update cycles in the budget."""
-        return self.total_steps // self.batch_size
+        """Rollout/update cycles: the budget is a minimum, rounded up to whole rollouts."""
+        return -(-self.total_steps // self.batch_size)
 
 
 @dataclass(frozen=True)
