@@ -26,6 +26,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from calf_bringup.message_fuzz import wait_until
 from calf_env.env_node import EnvNode
 from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.losses import MiddlewareLosses
@@ -34,7 +35,7 @@ from calf_shim.shim_node import UPLINK, ShimNode
 
 NAMESPACE = 'fl'
 QUIET_S = 0.3
-"""The shim has taken everything it holds once its received count stays still this long."""
+"""The target has taken everything it holds once its received count stays still this long."""
 
 
 class Target(NamedTuple):
@@ -81,14 +82,6 @@ class Flooder(Node):
         self.sent += 1
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    """Poll ``condition`` while the executor thread spins the nodes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not condition():
-        time.sleep(0.01)
-    return condition()
-
-
 def run_flood(context: Context, target: str = 'shim', seconds: float = 3.0) -> dict[str, Any]:
     """Flood the ``target`` node (``shim`` or ``env``) for ``seconds``; return the figures."""
     executor = SingleThreadedExecutor(context=context)
@@ -118,10 +111,10 @@ def run_flood(context: Context, target: str = 'shim', seconds: float = 3.0) -> d
             closed += 1
             if wait_until(lambda before=before: received() > before, 2.0):
                 break
-        stamp = flooded.node.get_clock().now().nanoseconds
-        if not wait_until(lambda: any(_stamp_ns(s) > stamp for s in flooder.stats), 10.0):
+        taken = received()  # a report that counts as many was made after the last message was taken
+        if not wait_until(lambda: any(s.received >= taken for s in flooder.stats), 10.0):
             raise RuntimeError(f'the {target} published no LinkStats after the flood')
-        last = next(s for s in flooder.stats if _stamp_ns(s) > stamp)
+        last = next(s for s in flooder.stats if s.received >= taken)
         sent = flooder.sent - first
         return {
             'target': target, 'seconds': round(flood_s, 2), 'sent': sent, 'rate_per_s': round(sent / flood_s),
@@ -148,10 +141,6 @@ def _settle(count: Callable[[], int], timeout_s: float = 30.0) -> bool:
         if count() == before:
             return True
     return False
-
-
-def _stamp_ns(msg: LinkStats) -> int:
-    return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
 
 def main(argv: list[str] | None = None) -> int:
