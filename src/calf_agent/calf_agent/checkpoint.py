@@ -31,9 +31,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
+from calf_agent.agents import make_agent
 from calf_agent.checkpoint_meta import agent_shapes, check_meta
 from calf_agent.errors import CheckpointError
-from calf_agent.policies import Agent, make_agent
+from calf_agent.policies import Agent
 from calf_core import atomic
 from calf_core.errors import ConfigError
 from calf_core.yaml_files import read_json

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from calf_agent.agents import make_agent
 from calf_agent.errors import CheckpointError
-from calf_agent.policies import make_agent
 from calf_core.errors import shown
 from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES, MAX_PLAN_HORIZON
 

@@ -200,25 +200,6 @@ Agent = MlpAgent | LstmAgent
 AGENT_KINDS: dict[str, type[MlpAgent] | type[LstmAgent]] = {'mlp': MlpAgent, 'lstm': LstmAgent}
 
 
-def make_agent(spec: dict[str, Any]) -> Agent:
-    """Build an agent from its ``spec()`` dict (raises KeyError/TypeError/ValueError if malformed)."""
-    args = dict(spec)
-    kind = args.pop('kind')
-    if kind == 'model_plan':
-        from calf_agent.planner import PlanningAgent
-        return PlanningAgent(**args)
-    if kind == 'gaussian':
-        from calf_agent.gaussian import GaussianAgent
-        return GaussianAgent(**{**args, 'hidden': tuple(args['hidden'])})
-    if kind == 'sac':
-        from calf_agent.sac import SacActor
-        return SacActor(**{**args, 'hidden': tuple(args['hidden'])})
-    if kind not in AGENT_KINDS:
-        raise ValueError(f'unknown agent kind {kind!r}: choose one of {", ".join(AGENT_KINDS)}')
-    args['hidden'] = tuple(args['hidden'])
-    return AGENT_KINDS[kind](**args)
-
-
 def _check_dims(obs_dim: int, n_actions: int, hidden: tuple[int, ...], plan_horizon: int) -> None:
     """Reject sizes that cannot build a network, naming the bad value."""
     if obs_dim < 1 or n_actions < 1 or plan_horizon < 1:

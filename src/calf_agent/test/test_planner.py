@@ -13,7 +13,8 @@ from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.planner import DynamicsModel, PlanningAgent, collect_transitions, env_fallbacks, train_planner
+from calf_agent.plan_agent import DynamicsModel, PlanningAgent
+from calf_agent.planner import collect_transitions, env_fallbacks, train_planner
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
 from calf_bringup import cli
@@ -216,9 +217,9 @@ def test_env_fallbacks_follow_the_executor() -> None:
 def test_planner_refuses_mismatched_parts(pendulum_base: Path) -> None:
     base, _ = load_checkpoint(pendulum_base)
     with pytest.raises(ValueError, match='same actions'):
-        PlanningAgent(base.spec(), {'obs_dim': 4, 'n_actions': 2, 'hidden': [8]}, 8, 2, [[0.0]])
+        PlanningAgent(base, {'obs_dim': 4, 'n_actions': 2, 'hidden': [8]}, 8, 2, [[0.0]])
     with pytest.raises(ValueError, match='1 values'):
-        PlanningAgent(base.spec(), {'obs_dim': 4, 'action_dim': 1, 'hidden': [8]}, 8, 2, [[0.0, 1.0]])
+        PlanningAgent(base, {'obs_dim': 4, 'action_dim': 1, 'hidden': [8]}, 8, 2, [[0.0, 1.0]])
 
 
 @pytest.mark.slow

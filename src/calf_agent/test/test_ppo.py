@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from calf_agent.policies import LstmAgent, MlpAgent, categorical_heads, make_agent
+from calf_agent.agents import make_agent
+from calf_agent.policies import LstmAgent, MlpAgent, categorical_heads
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.seeding import seed_everything
 

@@ -180,8 +180,8 @@ def make_case(kind: str, rng: np.random.Generator, root: Path) -> Path:
 
 
 def _valid_checkpoint(path: Path) -> None:
+    from calf_agent.agents import make_agent
     from calf_agent.checkpoint import save_checkpoint
-    from calf_agent.policies import make_agent
     save_checkpoint(path, make_agent(META['agent']), {k: v for k, v in META.items() if k != 'agent'})
 
 
