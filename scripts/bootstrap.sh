@@ -10,7 +10,16 @@ VENV="$ROOT/.venv"
 STAMPS="$VENV/.calf-stamps"
 PYTHON="${CALF_PYTHON:-python3.11}"
 
-step() { CURRENT_STEP="$1"; echo "[bootstrap] $1" >&2; }
+START=$SECONDS
+elapsed() { local s=$((SECONDS - START)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+step() { CURRENT_STEP="$1"; echo "[bootstrap] $(elapsed) $1" >&2; }
+# While pip installs (minutes on a first run), a line every 20 s: packages collected so far, elapsed time.
+pip_progress() {
+  local total; total="$(grep -c '==' "$ROOT/requirements.lock")"
+  while sleep 20; do
+    echo "[bootstrap] $(elapsed)   pip: $(grep -c '^Collecting' "$1" 2>/dev/null || true)/$total packages collected" >&2
+  done
+}
 trap 'echo "[bootstrap] FAILED at step: ${CURRENT_STEP:-start}. See the output above." >&2' ERR
 
 tree_hash() { (cd "$ROOT" && find "$@" -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1); }
@@ -26,8 +35,12 @@ REQ_HASH="$(sha256sum "$ROOT/requirements.lock" | cut -d' ' -f1)"
 if ! stamp_ok requirements "$REQ_HASH"; then
   step "install pinned packages from requirements.lock"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'pip>=23' 'setuptools<80' wheel
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements.lock" \
-    > "$VENV/pip-install.log" 2>&1 || { grep -v "^WARNING: Location 'file:" "$VENV/pip-install.log" >&2; false; }
+  pip_progress "$VENV/pip-install.log" & PROGRESS_PID=$!
+  PIP_OK=1
+  "$VENV/bin/python" -m pip install --progress-bar off --disable-pip-version-check -r "$ROOT/requirements.lock" \
+    > "$VENV/pip-install.log" 2>&1 || PIP_OK=0
+  kill "$PROGRESS_PID" 2>/dev/null || true
+  [[ $PIP_OK == 1 ]] || { grep -v "^WARNING: Location 'file:" "$VENV/pip-install.log" >&2; false; }
   # The optional launch bundle (make launch-tools) names ament-index-python, which PyPI ships as ros-ament-index-python.
   BROKEN="$("$VENV/bin/python" -m pip check | grep -v -e '^No broken requirements' \
     -e '^launch-ros .* requires ament-index-python' || true)"
@@ -77,4 +90,4 @@ WORKSPACE_PATHS="$(set +u; . "$ROOT/env.sh" >/dev/null 2>&1; tr ':' '\n' <<< "${
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n' "$WORKSPACE_PATHS" > "$SITE/calf-workspace.pth"
 trap - ERR
-echo "[bootstrap] ready: source $ROOT/env.sh" >&2
+echo "[bootstrap] $(elapsed) ready: source $ROOT/env.sh" >&2
