@@ -21,7 +21,7 @@ from calf_agent.evaluate import evaluate_sim
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
 from calf_core import atomic
-from calf_core.traces import resolve_network
+from calf_core.profiles import load_profile
 
 META = {'env': 'cartpole', 'regime': 'full', 'representation': {'frames': 1, 'actions': 0}, 'seed': 3}
 
@@ -108,7 +108,7 @@ def test_a_representation_that_does_not_fit_the_agent_is_one_line(tmp_path: Path
     meta = {'env': 'cartpole', **({'representation': representation} if representation else {})}
     save_checkpoint(tmp_path, MlpAgent(16, 2), meta)
     with pytest.raises(CheckpointError, match='the policy reads 16 values') as info:
-        evaluate_sim(tmp_path, resolve_network('sim_clean'), episodes=1, seed=0)
+        evaluate_sim(tmp_path, load_profile('sim_clean'), episodes=1, seed=0)
     assert '\n' not in str(info.value) and 'representation is missing or wrong' in str(info.value)
 
 

@@ -1,7 +1,7 @@
 """``calf trace``: network traces as rosbag2 bags: synthesise, record, import, inspect, recover, fit.
 
 A trace bag is accepted wherever a profile name is (``--network path/to/bag``); it is replayed
-from a seeded random offset in each episode (``calf_core.traces.resolve_network``).
+from a seeded random offset in each episode (``calf_core.profiles.load_profile``).
 """
 from __future__ import annotations
 

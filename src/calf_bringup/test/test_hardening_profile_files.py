@@ -12,8 +12,7 @@ import pytest
 from calf_bringup.cli import main
 from calf_core.bags import read_trace_bag
 from calf_core.profile_schema import MAX_STAGES, MIN_EVENT_MS
-from calf_core.profiles import load_profile
-from calf_core.traces import trace_profile
+from calf_core.profiles import load_profile, trace_profile
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -25,9 +25,8 @@ from calf_core.envs import FlattenObservation, builtin_for_id, env_spec, make_en
 from calf_core.errors import ConfigError, ConfigTypeError, shown
 from calf_core.limits import MAX_PLAN_HORIZON, U64_MAX
 from calf_core.networked_env import ENV_ID, NetworkedEnv
-from calf_core.profiles import Profile
+from calf_core.profiles import Profile, load_profile
 from calf_core.task_spec import HoldMode, TaskSpec
-from calf_core.traces import resolve_network
 from calf_core.user_env import check_spaces
 
 
@@ -56,7 +55,7 @@ def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt
     dt = _seconds(dt)
     env = os.fspath(env) if isinstance(env, os.PathLike) else env
     task = os.fspath(task) if isinstance(task, os.PathLike) else task
-    profile = network if isinstance(network, Profile) else resolve_network(network)
+    profile = network if isinstance(network, Profile) else load_profile(network)
     spec = _task_for(env, task, dt)
     if dt is not None:
         spec = dataclasses.replace(spec, dt=dt)

@@ -1,4 +1,5 @@
-"""Network profiles: YAML loading and validation, name lookup, and end-to-end latency sampling.
+"""Network profiles: the one entry point for ``--network`` (``load_profile``: a name, a YAML file or a trace
+bag), YAML validation, and end-to-end latency sampling.
 
 A profile file (a built-in one is ``calf_core/networks/<name>.yaml``) looks like:
 
@@ -36,6 +37,7 @@ from calf_core.profile_schema import (
     check_profile_keys,
     check_stage,
 )
+from calf_core.traces import Trace, is_bag_path, replay_profile_dict
 from calf_core.yaml_files import read_document
 
 NETWORKS_DIR = Path(__file__).resolve().parent / "networks"  # the built-in profiles
@@ -144,20 +146,29 @@ def available_profiles() -> list[str]:
     return sorted(path.stem for path in NETWORKS_DIR.glob("*.yaml"))
 
 
-def load_profile(name_or_path: str) -> Profile:
-    """Load a profile by bare name (a built-in one), from a .yaml/.yml/.json path, or
-    from a trace bag (replayed message by message, see ``calf_core.traces``)."""
-    from calf_core.traces import is_bag_path, resolve_network  # traces builds on this module
+def load_profile(name_or_path: str | Path, mode: str = 'random_offset') -> Profile:
+    """The network behind ``--network``, everywhere CALF takes one: a built-in profile's bare name, a
+    .yaml/.yml/.json profile file, or a trace bag (its replay profile: see ``trace_profile``)."""
     if is_bag_path(name_or_path):
-        return resolve_network(name_or_path)
+        from calf_core.bags import read_trace_bag  # rosbags is needed for bags only
+
+        path = Path(name_or_path)
+        return trace_profile(read_trace_bag(path), path.stem, mode)
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml", ".json"):
         path = NETWORKS_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
             raise ConfigError(
-                f"unknown network profile {name_or_path!r} (available: {', '.join(available_profiles())})"
+                f"unknown network profile {str(name_or_path)!r} (available: {', '.join(available_profiles())})"
             )
     return profile_from_dict(read_document(path, 'profile', MAX_PROFILE_BYTES, MAX_YAML_PROFILE_BYTES), path.stem)
+
+
+def trace_profile(trace: Trace, name: str, mode: str = 'random_offset', compute_ms: float = 1.0) -> Profile:
+    """A Profile that replays the trace, so NetworkedEnv and the shim use it like any other profile.
+
+    'random_offset' starts each episode (each link reset) at a seeded random row; 'loop' at row 0."""
+    return profile_from_dict(replay_profile_dict(trace, name, mode, compute_ms, compact=False), name)
 
 
 def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2EStats:

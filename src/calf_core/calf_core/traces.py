@@ -3,7 +3,7 @@
 A trace holds one row per message and direction: a sequence number, the send and receive times
 (integer nanoseconds), the size, and whether the message was lost. Rows are kept in send order,
 the order in which ``TraceReplay`` replays them. The module is pure: no rclpy, no message types;
-``resolve_network`` reads a bag through ``calf_core.bags`` and ``plot_trace`` writes a PNG.
+``plot_trace`` writes a PNG. ``calf_core.profiles.load_profile`` turns a trace bag into its replay profile.
 
 Where the times come from, and the clocks they assume:
 
@@ -22,14 +22,16 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from calf_core import atomic
 from calf_core.errors import ConfigError, TraceError
 from calf_core.profile_schema import compact_flags, compact_series
-from calf_core.profiles import Profile, load_profile, profile_from_dict
+
+if TYPE_CHECKING:
+    from calf_core.profiles import Profile
 
 BAG_SUFFIXES = ('.mcap', '.db3')
 STALL_MS = 100.0  # default: a gap in deliveries this long, while a message waits, is a stall
@@ -441,19 +443,14 @@ def _replay_dict(trace: Trace, name: str, mode: str, compute_ms: float, compact:
             'downlink': [_replay_spec(trace.downlink, 'downlink', mode, compact)]}
 
 
-def replay_profile_dict(trace: Trace, name: str, mode: str = 'random_offset', compute_ms: float = 1.0) -> dict:
+def replay_profile_dict(trace: Trace, name: str, mode: str = 'random_offset', compute_ms: float = 1.0,
+                        compact: bool = True) -> dict:
     """The profile (as JSON- and YAML-ready data) that replays the trace: one ``trace_replay`` stage per
-    direction, its series in the compact form (one string each).
+    direction, its series in the compact form (one string each), or as arrays with ``compact=False``.
 
-    ``reorder`` is on only when the trace itself reordered messages; a FIFO trace replays FIFO."""
-    return _replay_dict(trace, name, mode, compute_ms, compact=True)
-
-
-def trace_profile(trace: Trace, name: str, mode: str = 'random_offset', compute_ms: float = 1.0) -> Profile:
-    """A Profile that replays the trace, so NetworkedEnv and the shim use it like any other profile.
-
+    ``reorder`` is on only when the trace itself reordered messages; a FIFO trace replays FIFO.
     'random_offset' starts each episode (each link reset) at a seeded random row; 'loop' at row 0."""
-    return profile_from_dict(_replay_dict(trace, name, mode, compute_ms, compact=False), name)
+    return _replay_dict(trace, name, mode, compute_ms, compact)
 
 
 def _fit_direction(d: DirectionTrace, label: str, bins: int) -> list[dict[str, Any]]:
@@ -495,16 +492,6 @@ def is_bag_path(name_or_path: str | Path) -> bool:
         return True
     return path.is_dir() and ((path / 'metadata.yaml').is_file() or any(
         f.suffix in BAG_SUFFIXES for f in path.iterdir()))
-
-
-def resolve_network(name_or_path: str | Path, mode: str = 'random_offset') -> Profile:
-    """The network behind ``--network``: a trace bag's replay profile, or a profile name or YAML path."""
-    if not is_bag_path(name_or_path):
-        return load_profile(str(name_or_path))
-    from calf_core.bags import read_trace_bag  # rosbags is needed for bags only
-
-    path = Path(name_or_path)
-    return trace_profile(read_trace_bag(path), path.stem, mode)
 
 
 # --- plot -------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from calf_core.errors import ConfigError, TraceError
-from calf_core.profiles import load_profile, profile_from_dict
+from calf_core.profiles import load_profile, profile_from_dict, trace_profile
 from calf_core.traces import (
     ActionEvent,
     Direction,
@@ -18,10 +18,8 @@ from calf_core.traces import (
     import_from_messages,
     plot_trace,
     reordered_count,
-    resolve_network,
     stalls,
     synth_trace,
-    trace_profile,
     trace_stats,
 )
 
@@ -220,10 +218,6 @@ def test_fitted_profile_matches_loss_and_delay():
         assert b['loss_rate'] == pytest.approx(a['loss_rate'], abs=0.015)
         assert b['latency_ms']['p50'] == pytest.approx(a['latency_ms']['p50'], rel=0.1)
         assert b['latency_ms']['p95'] == pytest.approx(a['latency_ms']['p95'], rel=0.1)
-
-
-def test_resolve_network_passes_profile_names_through():
-    assert resolve_network('delay_only') == load_profile('delay_only')
 
 
 def test_plot_writes_a_png(tmp_path):
