@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'tests'))  # the fuzz tools live beside their tests
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,18 +31,18 @@ def main() -> int:
     parser.add_argument('--target', choices=('shim', 'env'), default='shim', help='flood: the node flooded')
     args = parser.parse_args()
     if args.what == 'flood':
-        from calf_bringup.message_flood import main as flood
+        from message_flood import main as flood
         return flood(['--target', args.target, '--seconds', str(args.seconds)])
     with tempfile.TemporaryDirectory() as tmp:
         if args.what == 'files':
-            from calf_bringup.file_fuzz import main as files
+            from file_fuzz import main as files
             return files(['--cases', str(args.cases), '--cli-cases', str(args.cli_cases), '--seed', str(args.seed),
                           '--workdir', tmp])
         import torch
+        from message_fuzz import main as messages
 
         from calf_agent.checkpoint import save_checkpoint
         from calf_agent.policies import MlpAgent
-        from calf_bringup.message_fuzz import main as messages
         torch.manual_seed(0)
         policy = save_checkpoint(Path(tmp) / 'ckpt', MlpAgent(4, 2), {'env': 'cartpole'})
         return messages(['--policy', str(policy), '--messages', str(args.messages), '--seed', str(args.seed)])

@@ -6,7 +6,7 @@ bombs, deep nesting, binary garbage, truncation, an oversized file). ``run_case`
 the loader the ``calf`` command uses and classifies the result: ``ok`` (loaded), ``refused`` (a
 one-line CalfError, exit 2 from the CLI) or ``crash`` (anything else, or an error spanning lines).
 
-    python -m calf_bringup.file_fuzz --cases 2000 --seed 0     # the long mode (bench/)
+    python tests/file_fuzz.py --cases 2000 --seed 0     # the long mode (bench/)
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ has it (losses are counted from the first sample a reader gets); after the flood
 taken what it holds, one more message alone closes the count (losses at the tail are seen when a
 later sample arrives).
 
-    python -m calf_bringup.message_flood --seconds 5     # the long mode (bench/bench_fuzz.py flood)
+    python tests/message_flood.py --seconds 5     # the long mode (bench/bench_fuzz.py flood)
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from message_fuzz import wait_until
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from calf_bringup.message_fuzz import wait_until
 from calf_env.env_node import EnvNode
 from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.losses import MiddlewareLosses

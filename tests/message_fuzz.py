@@ -9,7 +9,7 @@ deserialize, with a line on stderr; the env counts those in ``dropped_middleware
 leaves in the publisher's sequence numbers). Afterwards it checks that episodes go on with the policy's actions. The report
 holds what each node received, refused and did, and the process's resident memory over time.
 
-    python -m calf_bringup.message_fuzz --messages 100000 --seed 0 --policy CKPT   # the long mode (bench/)
+    python tests/message_fuzz.py --messages 100000 --seed 0 --policy CKPT   # the long mode (bench/)
 """
 from __future__ import annotations
 

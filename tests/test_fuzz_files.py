@@ -7,8 +7,7 @@ import resource
 from pathlib import Path
 
 import pytest
-
-from calf_bringup.file_fuzz import KINDS, SECRET, cli_fuzz, fuzz, hostile_profiles, loaders, run_case
+from file_fuzz import KINDS, SECRET, cli_fuzz, fuzz, hostile_profiles, loaders, run_case
 
 
 def test_loaders_survive_randomised_files(tmp_path: Path) -> None:

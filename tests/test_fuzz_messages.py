@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from message_fuzz import run_fuzz
 from ros_helpers import new_context
 
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
-from calf_bringup.message_fuzz import run_fuzz
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """User-code fuzz, fast seeded tier: generated ``--env`` entry points and ``calf_core.wrap`` arguments are
 each accepted (wrapped, reset and stepped) or refused with one CalfError line, never a traceback or an
-escaped ``SystemExit``; run in a memory-limited process. The long mode: ``python -m calf_bringup.user_fuzz``."""
+escaped ``SystemExit``; run in a memory-limited process. The long mode: ``python tests/user_fuzz.py``."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ def test_user_entry_points_and_wrap_arguments_are_accepted_or_refused_in_one_lin
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
 
-    done = subprocess.run([sys.executable, '-m', 'calf_bringup.user_fuzz', '--cases', '40', '--seed', '0',
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name('user_fuzz.py')), '--cases', '40', '--seed', '0',
                            '--workdir', str(tmp_path)], capture_output=True, text=True, timeout=240,
                           preexec_fn=limit, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

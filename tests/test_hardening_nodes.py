@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from message_flood import run_flood
 from rcl_interfaces.msg import Log
 from ros_helpers import new_context
 from test_env_policy_nodes import Graph, Probe, env_node, linked, policy_node
 
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.policies import MlpAgent
-from calf_bringup.message_flood import run_flood
 from calf_core.timing import Verdict
 from calf_msgs.msg import Action, Observation
 from calf_ros.qos import RESULTS

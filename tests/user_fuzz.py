@@ -5,10 +5,10 @@ An ``entry`` case is a generated module whose env breaks rules at random: it rai
 spaces are odd or oversized; its observations are NaN, infinite, the wrong size or not numbers; its
 ``dt`` is a weird value. It is resolved as ``--env module:make`` is, then wrapped, reset and stepped
 once. A ``wrap`` case calls ``calf_core.wrap`` with each argument a valid value or a weird one, then
-resets and steps once. Outcomes are classified as in :mod:`calf_bringup.file_fuzz`: ``ok``,
+resets and steps once. Outcomes are classified as in ``file_fuzz``: ``ok``,
 ``refused`` (one CalfError line) or ``crash``.
 
-    python -m calf_bringup.user_fuzz --cases 500 --seed 0 --workdir /tmp/user_fuzz
+    python tests/user_fuzz.py --cases 500 --seed 0 --workdir /tmp/user_fuzz
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from file_fuzz import WEIRD, Outcome, run_case
 
-from calf_bringup.file_fuzz import WEIRD, Outcome, run_case
 from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES
 
 KINDS = ('entry', 'wrap')
