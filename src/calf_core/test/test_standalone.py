@@ -30,6 +30,14 @@ assert importlib.util.find_spec("rclpy") is None and importlib.util.find_spec("c
 print("ok", env.dt, bag.dt)
 '''
 
+MUJOCO_EXAMPLE = '''
+import gymnasium as gym, numpy as np, calf_core
+env = calf_core.wrap(gym.make("InvertedPendulum-v5"), network="wifi_degraded")
+env.reset(seed=0)
+env.step(np.zeros(1, np.float32))
+print("ok", env.dt)
+'''
+
 
 def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     clean = {key: os.environ[key] for key in ('PATH', 'HOME', 'TMPDIR', 'LANG') if key in os.environ}
@@ -38,24 +46,44 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-@pytest.mark.slow
-def test_a_fresh_venv_with_only_calf_core_runs_the_two_line_example(tmp_path: Path) -> None:
-    tree = tmp_path / 'src'  # a copy: building leaves nothing in the repository
+def build_wheel(tmp_path: Path) -> Path:
+    """calf_core's wheel, built from a copy of this tree (building leaves nothing in the repository)."""
+    tree = tmp_path / 'src'
     shutil.copytree(ROOT / 'src' / 'calf_core', tree / 'calf_core', ignore=shutil.ignore_patterns('test', '__pycache__'))
     shutil.copytree(ROOT / 'src' / 'calf_msgs' / 'msg', tree / 'calf_msgs' / 'msg')
     wheel_dir = tmp_path / 'wheel'
     run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', str(wheel_dir),
          str(tree / 'calf_core')])
-    wheel = next(wheel_dir.glob('calf_core-*.whl'))
+    return next(wheel_dir.glob('calf_core-*.whl'))
+
+
+def fresh_venv(tmp_path: Path, requirement: str, dependencies: tuple[str, ...]) -> str:
+    """A new venv with ``requirement`` installed offline from wheels pinned by requirements.lock; its python."""
     WHEELS.mkdir(parents=True, exist_ok=True)
     run([sys.executable, '-m', 'pip', 'download', '-q', '-d', str(WHEELS), '-c', str(ROOT / 'requirements.lock'),
-         '--only-binary=:all:', *DEPENDENCIES])
+         '--only-binary=:all:', *dependencies])
     venv = tmp_path / 'venv'
     run([sys.executable, '-m', 'venv', str(venv)])
     python = str(venv / 'bin' / 'python')
-    run([python, '-m', 'pip', 'install', '-q', '--no-index', '--find-links', str(WHEELS), str(wheel)])
+    run([python, '-m', 'pip', 'install', '-q', '--no-index', '--find-links', str(WHEELS), requirement])
+    return python
+
+
+@pytest.mark.slow
+def test_a_fresh_venv_with_only_calf_core_runs_the_two_line_example(tmp_path: Path) -> None:
+    python = fresh_venv(tmp_path, str(build_wheel(tmp_path)), DEPENDENCIES)
     bag = ROOT / 'results' / 'traces' / 'wifi_degraded_live'
     done = run([python, '-c', EXAMPLE.replace('BAG', repr(str(bag)))], cwd=tmp_path)
     assert done.stdout.split() == ['ok', '0.05', '0.02']
     listed = run([python, '-m', 'pip', 'list', '--format=freeze']).stdout.lower()
     assert 'torch' not in listed and 'ros' not in listed.replace('rosbags', '')
+
+
+@pytest.mark.slow
+def test_the_mujoco_extra_brings_what_mujoco_tasks_need(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path)
+    python = fresh_venv(tmp_path, f'{wheel}[mujoco]', (*DEPENDENCIES, 'gymnasium[mujoco]'))
+    done = run([python, '-c', MUJOCO_EXAMPLE], cwd=tmp_path)
+    assert done.stdout.split() == ['ok', '0.04']
+    listed = run([python, '-m', 'pip', 'list', '--format=freeze']).stdout.lower()
+    assert 'mujoco' in listed and 'torch' not in listed
