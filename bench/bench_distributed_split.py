@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from calf_agent.dist_ppo import LagConfig, update_on_batch
-from calf_agent.dist_wire import Opener, Sealer, WeightsMessage
+from calf_agent.dist_wire import Opener, Sealer, snapshot
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.trainer import cartpole_defaults
@@ -33,11 +33,11 @@ def main() -> None:
     agent = MlpAgent(4, 2)
     key = secrets.token_bytes(32)
     worker = RolloutWorker('w0', 'cartpole', key, 8, seed=0)
-    worker.apply(WeightsMessage(0, 1, 'w0', agent.spec(), CONFIG, agent.state_dict()))
+    worker.apply(snapshot(agent, 0, 1, 'w0', CONFIG))
     batch = worker.collect(32)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
     ppo, rng = cartpole_defaults().ppo, np.random.default_rng(0)
-    weights = WeightsMessage(1, 1, 'w0', agent.spec(), CONFIG, agent.state_dict())
+    weights = snapshot(agent, 1, 1, 'w0', CONFIG)
     rows = {'collect one batch (256 env steps)': median_ms(lambda: worker.collect(32)),
             'learner update on it (20 epochs)': median_ms(lambda: update_on_batch(agent, optimizer, batch, 0, ppo,
                                                                                 LagConfig(), rng)),

@@ -11,7 +11,7 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),
         (f'share/{PACKAGE}', ['package.xml']),
     ],
-    install_requires=['setuptools'],
+    install_requires=['setuptools', 'zstandard>=0.22'],
     zip_safe=True,
     maintainer='CALF developers',
     maintainer_email='calf@example.org',

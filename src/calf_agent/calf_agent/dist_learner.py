@@ -5,16 +5,25 @@ Pure (no rclpy): the learner node passes received chunks to ``receive`` and publ
 admitted by its first hello, up to ``max_workers``; a later hello asks for weights only when the
 worker follows another run or none, at most once per ``hello_resend_s``. A batch is trained on only
 if its worker was admitted and it fits the run: its steps, observation width, action shape and range,
-and finite values within ``MAX_ABS_VALUE``. Every refusal is one log line and one counter per reason. Each ``step`` runs one lag-corrected PPO update on the oldest waiting batch, then
-asks the sync policy which workers get the new weights. At most one batch per worker waits: a newer
-one replaces it (``batches_superseded``), so that a learner slower than its workers trains on fresh
-data instead of an ever longer queue of stale batches. Every ``eval_every`` env steps it writes the
-checkpoint (``calf eval`` reads it unchanged) and evaluates it deterministically in virtual time
-under the training network (``eval.csv``). ``resume`` continues from a checkpoint's weights,
-version and step count, so workers follow a restarted learner with no manual step.
+and finite values within ``MAX_ABS_VALUE``. Every refusal is one log line and one counter per reason.
+
+The policy is the one ``calf train`` would train on the task (``TrainConfig``: MLP, LSTM or Gaussian,
+single actions or plans). Each ``step`` runs one lag-corrected PPO update on the oldest waiting
+batch, then asks the sync policy which workers get the new weights: a delta of the changed tensors in
+reduced precision against the state the worker holds, or a snapshot when that state is unknown or the
+reduced policy strays from the full one by more than ``kl_bound`` on the last batch (``dist_delta``).
+At most one batch per worker waits: a newer one replaces it (``batches_superseded``, the wasted
+fraction), so that a learner slower than its workers trains on fresh data; a worker whose batch was
+superseded is told to pause while a batch of it waits (``Control``), and one more batch of it, already
+in flight, may wait too. Every ``eval_every`` env steps it writes the checkpoint (``calf eval`` reads
+it unchanged), the optimiser state (``optimizer.safetensors``) and evaluates the policy
+deterministically in virtual time under the training network (``eval.csv``). ``resume`` continues
+from a checkpoint's weights, optimiser state, version and step count, so workers follow a restarted
+learner with no manual step.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import math
@@ -23,20 +32,25 @@ import secrets
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.dist_delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS, checksum, make_delta
 from calf_agent.dist_key import KEY_BYTES
+from calf_agent.dist_policy import PpoAgent, action_shape, batch_params, mean_kl, param_size, state_size
 from calf_agent.dist_ppo import LagConfig, update_on_batch
-from calf_agent.dist_sync import SyncPolicy, WorkerSync, mean_kl
+from calf_agent.dist_sync import SyncPolicy, WorkerSync
 from calf_agent.dist_wire import (
     CHUNK_BYTES,
     Chunk,
+    Control,
     Hello,
     Kind,
     Opener,
@@ -47,13 +61,17 @@ from calf_agent.dist_wire import (
     TrajectoryBatch,
     WeightsMessage,
     shown,
+    snapshot,
     split,
 )
 from calf_agent.dist_worker import make_worker_envs
 from calf_agent.evaluate import evaluate_sim
-from calf_agent.policies import MlpAgent
-from calf_agent.ppo import PPOConfig
+from calf_agent.gaussian import GaussianAgent
+from calf_agent.policies import LstmAgent
 from calf_agent.seeding import seed_everything
+from calf_agent.trainer import TrainConfig, cartpole_defaults
+from calf_agent.trainer import _build_agent as build_agent
+from calf_core import atomic
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 
@@ -63,7 +81,11 @@ SUMMARY = 'distributed.json'
 WORKER_ID = re.compile(r'^[A-Za-z_][A-Za-z0-9_]{0,63}$')
 """A worker id is a ROS name token: weights go to ``<prefix>/<worker id>``."""
 LEARNER = 'learner'
-"""The sender name of the learner's frames."""
+"""The sender name of the learner's weights frames."""
+CONTROL = 'learner_control'
+"""The sender name of the learner's control frames (numbered apart from its weights)."""
+OPTIMIZER = 'optimizer.safetensors'
+"""The optimiser's state, beside the checkpoint."""
 MAX_ABS_VALUE = 1e6
 """Largest magnitude of an observation or reward value in a batch."""
 MAX_WORKERS = 64
@@ -86,9 +108,8 @@ class LearnerConfig:
     sync: SyncPolicy
     total_steps: int
     seed: int = 0
-    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=cartpole_defaults)  # agent, network sizes, PPO settings
     lag: LagConfig = field(default_factory=LagConfig)
-    hidden: tuple[int, ...] = (64, 64)
     eval_every: int = 10_000  # env steps between checkpoint + evaluation
     eval_episodes: int = 10
     stop_return: float | None = None  # stop once an evaluation reaches this mean return
@@ -98,6 +119,9 @@ class LearnerConfig:
     key: bytes = field(default=b'', repr=False)  # shared with the workers: every frame is tagged under it
     max_workers: int = MAX_WORKERS  # workers admitted at most
     hello_resend_s: float = 2.0  # a worker's hellos trigger at most one weights send per this many seconds
+    precision: str = DEFAULT_PRECISION  # of the tensors in deltas: fp16 or bf16
+    kl_bound: float = KL_BOUND  # a delta whose reduced policy strays this far from the full one is a snapshot (0: always)
+    flow_control: bool = True  # pause workers whose batches would be superseded
 
 
 class Learner:
@@ -110,23 +134,30 @@ class Learner:
             raise ConfigError(f'the learner needs a key of at least {KEY_BYTES} bytes')
         if cfg.max_workers < 1:
             raise ConfigError(f'max_workers must be >= 1, got {cfg.max_workers}')
+        if cfg.precision not in PRECISIONS:
+            raise ConfigError(f'precision must be one of {", ".join(PRECISIONS)}, got {cfg.precision!r}')
         self.cfg, self.log, self.clock = cfg, log, clock
         self.rng = seed_everything(cfg.seed)
         self.run = secrets.randbits(31)
         probe = make_worker_envs(cfg.env_config, 1, cfg.seed)
         try:
-            obs_dim = int(probe.single_observation_space.shape[0])
-            space = probe.single_action_space
-            n_actions = int(space.n if hasattr(space, 'n') else space.nvec[0])
+            self.agent: PpoAgent = build_agent(cfg.train, probe)
+        except ValueError as err:
+            raise ConfigError(f'distributed training cannot build a policy for {cfg.env_config["env"]}: {err}') from None
         finally:
             probe.close()
-        self.agent = MlpAgent(obs_dim, n_actions, cfg.hidden, int(cfg.env_config.get('plan_horizon', 1)))
+        self._shadow = copy.deepcopy(self.agent)  # the policy as a worker holds it after a delta
         self.version = self.env_steps = self.updates = 0
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.train.ppo.learning_rate, eps=1e-5,
+                                          foreach=True)
         if cfg.resume:
             self._resume()
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5)
         self.reassembler = Reassembler(log=warn or log)
         self.opener, self.sealer = Opener(cfg.key), Sealer(cfg.key, LEARNER)
+        self.control_sealer = Sealer(cfg.key, CONTROL)
+        self.last_batch: TrajectoryBatch | None = None
+        self.accepted_steps = 0  # env steps of the batches queued (trained on or superseded)
+        self.snapshots = self.deltas = self.snapshots_for_kl = self.controls = 0
         self.hellos_ignored = 0  # hellos of admitted workers that asked for nothing, or too soon
         self.received, self.sent = Traffic(), Traffic()
         self.workers: dict[str, WorkerSync] = {}
@@ -156,7 +187,38 @@ class Learner:
         self.agent.load_state_dict(agent.state_dict())
         self.version = int(meta.get('distributed', {}).get('version', 0))
         self.env_steps = int(meta.get('distributed', {}).get('env_steps', 0))
-        self.log(f'resumed {self.cfg.out_dir} at version {self.version}, {self.env_steps} env steps')
+        restored = self._load_optimizer()
+        self.log(f'resumed {self.cfg.out_dir} at version {self.version}, {self.env_steps} env steps, '
+                 f'{"with its" if restored else "without (none saved): a fresh"} optimiser state')
+
+    def _save_optimizer(self) -> None:
+        """Write the optimiser's per-parameter state as safetensors (``<index>.<name>``)."""
+        tensors = {f'{index}.{name}': torch.as_tensor(value).detach().clone().contiguous()
+                   for index, entry in self.optimizer.state_dict()['state'].items() for name, value in entry.items()}
+        with atomic.replacing(self.cfg.out_dir / OPTIMIZER, 'wb') as file:
+            file.write(st_save(tensors))
+
+    def _load_optimizer(self) -> bool:
+        """Restore the optimiser's state if the checkpoint has one; ConfigError if it fits other parameters."""
+        path = self.cfg.out_dir / OPTIMIZER
+        if not path.is_file():
+            return False
+        try:
+            tensors = st_load(path.read_bytes())
+        except Exception as exc:  # safetensors raises its own errors for a damaged file
+            raise ConfigError(f'{path} is no optimiser state ({" ".join(str(exc).split())[:120]}): delete it to '
+                              'resume with a fresh one') from None
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in tensors.items():
+            index, _, name = key.partition('.')
+            state.setdefault(int(index) if index.isdigit() else -1, {})[name] = value
+        params = list(self.agent.parameters())
+        if set(state) - set(range(len(params))) or any(
+                entry.get('exp_avg', torch.empty(0)).shape != params[i].shape for i, entry in state.items()):
+            raise ConfigError(f'{path} holds the state of other parameters than this policy\'s: delete it to '
+                              'resume with a fresh one')
+        self.optimizer.load_state_dict({'state': state, 'param_groups': self.optimizer.state_dict()['param_groups']})
+        return True
 
     @property
     def done(self) -> bool:
@@ -171,8 +233,8 @@ class Learner:
         what = f'message {chunk.message_id} from {shown(chunk.sender)}'
         try:
             message = self.opener.decode(frame, chunk.sender)
-            if isinstance(message, WeightsMessage):
-                raise Refused('corrupt', 'a weights message arrived on the batch topic')
+            if isinstance(message, (WeightsMessage, Control)):
+                raise Refused('corrupt', f'a {type(message).__name__} message arrived on the batch topic')
             if not WORKER_ID.match(message.worker_id) or message.worker_id != chunk.sender:
                 raise Refused('corrupt', f'worker id {shown(message.worker_id)} is not a name token or not the '
                                          'chunks\' sender')
@@ -190,11 +252,14 @@ class Learner:
         if problem:
             self.reassembler.refuse('bad_batch', f'batch {message.seq} of {shown(message.worker_id)}: {problem}')
             return
-        older = next((b for b in self.queue if b.worker_id == message.worker_id), None)
-        if older is not None:  # train on each worker's freshest batch: the lag stays near the worker count
-            self.queue.remove(older)
+        sync = self.workers[message.worker_id]
+        waiting = [b for b in self.queue if b.worker_id == message.worker_id]
+        if len(waiting) >= (2 if sync.paused else 1):  # train on each worker's freshest batch
+            self.queue.remove(waiting[0])
             self.superseded += 1
-            self.superseded_steps += older.env_steps
+            self.superseded_steps += waiting[0].env_steps
+            sync.pause_wanted = self.cfg.flow_control
+        self.accepted_steps += message.env_steps
         if len(self.queue) >= self.cfg.backlog:
             dropped = self.queue.popleft()
             self.reassembler.refuse('backlog', f'batch {dropped.seq} of {dropped.worker_id!r}: the learner is behind')
@@ -213,54 +278,79 @@ class Learner:
         elif (hello.learner_run == self.run and hello.version >= 0) or now_s - sync.hello_at_s < self.cfg.hello_resend_s:
             self.hellos_ignored += 1  # in step with this run, or weights were sent on a hello a moment ago
             return
-        sync.hello_at_s, sync.version = now_s, -1  # weights at the next step
+        sync.hello_at_s, sync.version, sync.held = now_s, -1, None  # a snapshot at the next step
 
     def _batch_problem(self, b: TrajectoryBatch) -> str | None:
         """What makes ``b`` unfit for this run's policy (its shapes and values), or None."""
         steps, envs, dim = b.obs.shape
-        heads, n = self.agent.plan_horizon, self.agent.n_actions
-        if steps != int(self.cfg.env_config['num_steps']) or dim != self.agent.obs_dim:
+        agent = self.agent
+        if steps != int(self.cfg.env_config['num_steps']) or dim != agent.obs_dim:
             return (f'{steps} steps of {dim} observation values, this run takes {self.cfg.env_config["num_steps"]} '
-                    f'of {self.agent.obs_dim}')
-        if b.actions.shape != ((steps, envs) if heads == 1 else (steps, envs, heads)) \
-                or b.behaviour_logits.shape[2:] != (heads * n,):
-            return (f'actions {tuple(b.actions.shape)} and behaviour logits {tuple(b.behaviour_logits.shape)} do not '
-                    f'fit {heads} head(s) of {n} actions')
-        if len(b.actions) and not ((b.actions >= 0) & (b.actions < n)).all():
-            return f'actions outside [0, {n})'
-        floats = (b.obs, b.rewards, b.next_obs, b.final_obs, b.logprobs, b.behaviour_logits)
+                    f'of {agent.obs_dim}')
+        split_by = envs if isinstance(agent, LstmAgent) else steps * envs
+        if split_by < self.cfg.train.ppo.num_minibatches:
+            return (f'{envs} envs, too few for this run\'s {self.cfg.train.ppo.num_minibatches} minibatches: give the '
+                    f'worker more --envs')
+        continuous = isinstance(agent, GaussianAgent)
+        shape, plan = action_shape(agent), agent.plan_horizon
+        if tuple(b.actions.shape[2:]) != shape or b.actions.is_floating_point() != continuous \
+                or b.behaviour.shape[2:] != (param_size(agent),) or b.masks.shape[2:] != (plan,) \
+                or b.state_h.shape[1:] != (state_size(agent),):
+            return (f'actions {tuple(b.actions.shape)} {b.actions.dtype}, behaviour {tuple(b.behaviour.shape)}, masks '
+                    f'{tuple(b.masks.shape)} or state {tuple(b.state_h.shape)} do not fit this run\'s policy '
+                    f'(actions {shape}, {param_size(agent)} distribution parameters, {plan} plan elements)')
+        if not continuous and len(b.actions) and not ((b.actions >= 0) & (b.actions < agent.n_actions)).all():
+            return f'actions outside [0, {agent.n_actions})'
+        floats = (b.obs, b.rewards, b.next_obs, b.logprobs, b.behaviour, b.state_h, b.state_c, b.actions.float())
         if not all(torch.isfinite(t).all() and (t.abs() <= MAX_ABS_VALUE).all() for t in floats) \
-                or (b.logprobs > 1e-4).any():
+                or (not continuous and (b.logprobs > 1e-4).any()):
             return f'values that are not finite, beyond {MAX_ABS_VALUE:g} in magnitude, or log-probabilities above 0'
-        if not all(((t == 0) | (t == 1)).all() for t in (b.dones, b.next_done)):
-            return 'done flags other than 0 and 1'
+        if not all(((t == 0) | (t == 1)).all() for t in (b.dones, b.next_done, b.masks)):
+            return 'done flags or plan masks other than 0 and 1'
         if len(b.episode_returns) > b.env_steps or not all(math.isfinite(r) and abs(r) <= MAX_ABS_VALUE * b.env_steps
                                                           for r in b.episode_returns):
             return 'episode returns that are too many, not finite or too large'
         return None
 
     def step(self) -> list[Outgoing]:
-        """One update on the oldest waiting batch (if any), then the weights the sync policy sends."""
+        """One update on the oldest waiting batch (if any), then the weights the sync policy sends and the
+        workers told to pause or go on."""
         updated = bool(self.queue) and not self.done
         if updated:
             self._update(self.queue.popleft())
         if self.env_steps >= self._next_eval or (self.done and self.updates and not self.evals):
             self._evaluate()
-        return self._sends(only_new=not updated)
+        return self._sends(only_new=not updated) + self._flow()
+
+    def _flow(self) -> list[Outgoing]:
+        """Pause each worker whose batches were superseded while a batch of it waits; let it go on once none does."""
+        out: list[Outgoing] = []
+        waiting = {b.worker_id for b in self.queue}
+        for worker_id, sync in self.workers.items():
+            pause = sync.pause_wanted and worker_id in waiting
+            if pause != sync.paused:
+                sync.paused = pause
+                self.controls += 1
+                frame = self.control_sealer.encode(Control(worker_id, self.run, pause))
+                self._message_id += 1
+                out += [Outgoing(worker_id, chunk)
+                        for chunk in split(frame, Kind.CONTROL, CONTROL, self._message_id, self.cfg.chunk_bytes)]
+        return out
 
     def _update(self, batch: TrajectoryBatch) -> None:
         known = batch.learner_run == self.run
         lag = self.version - batch.version if known else None
         sync = self.workers.setdefault(batch.worker_id, WorkerSync())
         if known:
-            sync.on_batch(batch.version, batch.obs.flatten(0, 1), batch.behaviour_logits.flatten(0, 1))
+            sync.on_batch(batch)
         else:
-            sync.version = -1  # collected under another learner run: weights go out at once
+            sync.version, sync.held = -1, None  # collected under another learner run: a snapshot at once
         effective_lag = lag if lag is not None else self.cfg.sync.lag_cap + 1
-        lr = self.cfg.ppo.learning_rate * (max(0.0, 1 - self.env_steps / self.cfg.total_steps)
-                                           if self.cfg.ppo.anneal_lr else 1.0)
+        ppo = self.cfg.train.ppo
+        lr = ppo.learning_rate * (max(0.0, 1 - self.env_steps / self.cfg.total_steps) if ppo.anneal_lr else 1.0)
         self.optimizer.param_groups[0]['lr'] = max(lr, 1e-6)
-        stats = update_on_batch(self.agent, self.optimizer, batch, effective_lag, self.cfg.ppo, self.cfg.lag, self.rng)
+        stats = update_on_batch(self.agent, self.optimizer, batch, effective_lag, ppo, self.cfg.lag, self.rng)
+        self.last_batch = batch
         self.version += 1
         self.updates += 1
         self.env_steps += batch.env_steps
@@ -282,30 +372,55 @@ class Learner:
             if only_new and sync.version >= 0:
                 continue
             drift = None
-            if self.cfg.sync.kind == 'aps' and sync.obs is not None and sync.reference_logits is not None:
-                with torch.no_grad():
-                    drift = mean_kl(sync.reference_logits, self.agent.logits(sync.obs), self.agent.plan_horizon)
+            if self.cfg.sync.kind == 'aps' and sync.probe is not None and sync.reference is not None:
+                drift = mean_kl(self.agent, sync.reference, self._params(self.agent, sync.probe))
             if sync.wants(self.cfg.sync, self.version, drift):
                 out += self._weights_for(worker_id, sync)
         return out
 
+    @torch.no_grad()
+    def _params(self, agent: PpoAgent, batch: TrajectoryBatch) -> torch.Tensor:
+        return batch_params(agent, batch.obs, batch.dones, (batch.state_h, batch.state_c))
+
     def _weights_for(self, worker_id: str, sync: WorkerSync) -> list[Outgoing]:
-        message = WeightsMessage(self.version, self.run, worker_id, self.agent.spec(), self.cfg.env_config,
-                                 self.agent.state_dict())
+        """A delta against what the worker holds, or a snapshot (see the module doc)."""
+        message = snapshot(self.agent, self.version, self.run, worker_id, self.cfg.env_config)
+        if sync.held is not None:
+            delta, result = make_delta(message.state, sync.held, self.cfg.precision)
+            if self._close_enough(result):
+                message = replace(message, state=delta, base_version=sync.sent_version, checksum=checksum(result))
+            else:
+                self.snapshots_for_kl += 1
+        held = message.state if message.base_version < 0 else result
+        self.deltas += message.base_version >= 0
+        self.snapshots += message.base_version < 0
         self._message_id += 1
         chunks = split(self.sealer.encode(message), Kind.WEIGHTS, LEARNER, self._message_id, self.cfg.chunk_bytes)
         self.sent.sent(chunks)
-        with torch.no_grad():
-            reference = None if sync.obs is None else self.agent.logits(sync.obs)
-        sync.on_send(self.version, reference)
+        reference = None
+        if sync.probe is not None:
+            self._shadow.load_state_dict(held)
+            reference = self._params(self._shadow, sync.probe)
+        sync.on_send(self.version, held, reference)
         return [Outgoing(worker_id, chunk) for chunk in chunks]
+
+    def _close_enough(self, result: dict[str, torch.Tensor]) -> bool:
+        """Whether the policy holding ``result`` is closer than ``kl_bound`` to the learner's on its last batch
+        (``kl_bound`` 0: never, every send is a snapshot)."""
+        if self.last_batch is None:
+            return self.cfg.kl_bound > 0
+        self._shadow.load_state_dict(result)
+        kl = mean_kl(self.agent, self._params(self.agent, self.last_batch), self._params(self._shadow, self.last_batch))
+        return self.cfg.kl_bound > 0 and kl < self.cfg.kl_bound
 
     def checkpoint(self) -> Path:
         """Write ``policy.safetensors`` + ``meta.json`` (with the version and env steps reached)."""
         meta = {**{k: v for k, v in self.cfg.env_config.items() if k != 'num_steps'}, 'seed': self.cfg.seed,
                 'steps': self.env_steps,
                 'distributed': {'version': self.version, 'env_steps': self.env_steps, 'sync': str(self.cfg.sync)}}
-        return save_checkpoint(self.cfg.out_dir, self.agent, meta)
+        path = save_checkpoint(self.cfg.out_dir, self.agent, meta)
+        self._save_optimizer()
+        return path
 
     def _evaluate(self) -> None:
         self._next_eval = self.env_steps + self.cfg.eval_every
@@ -325,6 +440,11 @@ class Learner:
         if self.cfg.stop_return is not None and report['mean_return'] >= self.cfg.stop_return:
             self.solved = True
 
+    @property
+    def wasted_fraction(self) -> float:
+        """The share of the env steps received that were superseded, never trained on."""
+        return self.superseded_steps / self.accepted_steps if self.accepted_steps else 0.0
+
     def summary(self) -> dict[str, Any]:
         """What the run did: steps, updates, traffic per direction, refusals, the lag distribution."""
         return {'sync': str(self.cfg.sync), 'env_steps': self.env_steps, 'updates': self.updates,
@@ -333,6 +453,10 @@ class Learner:
                 'batches_received': self.received.as_dict(), 'weights_sent': self.sent.as_dict(),
                 'refused': dict(self.reassembler.refused), 'hellos_ignored': self.hellos_ignored,
                 'batches_superseded': {'messages': self.superseded, 'env_steps': self.superseded_steps},
+                'wasted_fraction': round(self.wasted_fraction, 4),
+                'weights_messages': {'snapshots': self.snapshots, 'deltas': self.deltas,
+                                     'snapshots_for_kl': self.snapshots_for_kl, 'precision': self.cfg.precision},
+                'controls_sent': self.controls,
                 'lag_histogram': {('other_run' if k < 0 else str(k)): v for k, v in sorted(self.lags.items())},
                 'evals': self.evals}
 

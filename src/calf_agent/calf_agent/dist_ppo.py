@@ -6,6 +6,8 @@ PPO. Beyond it, V-trace (Espeholt et al., 2018) computes value targets and advan
 truncated importance weights ρ = min(ρ̄, π₀/μ) and c = min(c̄, π₀/μ) against π₀, the learner's
 policy at the start of the update, and the clipped ratio is taken against π₀: a stale batch then
 still moves the policy, by at most the clip range, instead of being clipped away entirely.
+The epochs and minibatches are the single-process trainer's (``ppo.RolloutBuffer``, ``ppo.ppo_loss``):
+whole env sequences for an LSTM, the loss on executed plan elements only.
 """
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from calf_agent.dist_policy import PpoAgent, normalised, params, score
 from calf_agent.dist_wire import TrajectoryBatch
-from calf_agent.policies import MlpAgent
-from calf_agent.ppo import PPOConfig, compute_gae, ppo_loss
+from calf_agent.gaussian import GaussianAgent
+from calf_agent.policies import LstmAgent
+from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 
 
 @dataclass(frozen=True)
@@ -53,47 +57,50 @@ def vtrace(behaviour_logp: Tensor, target_logp: Tensor, rewards: Tensor, values:
     return vs, advantages
 
 
-def bootstrapped_rewards(agent: MlpAgent, batch: TrajectoryBatch, gamma: float) -> Tensor:
-    """Rewards with ``γ V(final_obs)`` added where an episode was truncated (not terminated)."""
-    rewards = batch.rewards.clone()
-    if len(batch.final_index):
-        with torch.no_grad():
-            values = agent.get_value(batch.final_obs)
-        rows, cols = batch.final_index[:, 0], batch.final_index[:, 1]
-        keep = ~batch.terminated[rows, cols]
-        rewards[rows[keep], cols[keep]] += gamma * values[keep]
-    return rewards
-
-
-def update_on_batch(agent: MlpAgent, optimizer: torch.optim.Optimizer, batch: TrajectoryBatch, lag: int,
+def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: TrajectoryBatch, lag: int,
                     ppo: PPOConfig, lag_cfg: LagConfig, rng: np.random.Generator) -> dict[str, float]:
-    """PPO epochs on one batch, lag-corrected as the module doc says; mean loss stats plus ``vtrace``."""
+    """PPO epochs on one batch of any PPO agent, lag-corrected as the module doc says; mean loss stats
+    plus ``vtrace``. A Gaussian agent first folds the batch's observations into its normaliser."""
     steps, envs = batch.rewards.shape
-    flat_obs, flat_actions = batch.obs.flatten(0, 1), batch.actions.flatten(0, 1)
+    if isinstance(agent, GaussianAgent):
+        agent.obs_norm.update(batch.obs.flatten(0, 1))
+    x = normalised(agent, batch.obs.flatten(0, 1))
+    recurrent = isinstance(agent, LstmAgent)
+    start = (batch.state_h.unsqueeze(0), batch.state_c.unsqueeze(0)) if recurrent else None
+    masks = batch.masks.flatten(0, 1)
     with torch.no_grad():
-        values = agent.get_value(flat_obs).view(steps, envs)
-        next_value = agent.get_value(batch.next_obs)
-        target_logp = agent.get_action_and_value(flat_obs, flat_actions)[1].view(steps, envs)
-    rewards = bootstrapped_rewards(agent, batch, ppo.gamma)
+        p, end = params(agent, x, start, batch.dones.flatten())
+        target_logp = score(agent, p, batch.actions.flatten(0, 1), masks).view(steps, envs)
+        if isinstance(agent, LstmAgent):
+            values = agent.critic(agent.get_states(x, start, batch.dones.flatten())[0]).view(steps, envs)
+            next_value = agent.get_value(normalised(agent, batch.next_obs), end, batch.next_done)
+        else:
+            values = agent.get_value(x).view(steps, envs)
+            next_value = agent.get_value(normalised(agent, batch.next_obs))
     use_vtrace = lag > lag_cfg.vtrace_lag
     if use_vtrace:
-        returns, advantages = vtrace(batch.logprobs, target_logp, rewards, values, batch.dones, next_value,
+        returns, advantages = vtrace(batch.logprobs, target_logp, batch.rewards, values, batch.dones, next_value,
                                      batch.next_done, ppo.gamma, lag_cfg.rho_bar, lag_cfg.c_bar)
         old_logp = target_logp
     else:
-        advantages, returns = compute_gae(rewards, values, batch.dones, next_value, batch.next_done,
+        advantages, returns = compute_gae(batch.rewards, values, batch.dones, next_value, batch.next_done,
                                           ppo.gamma, ppo.gae_lambda)
         old_logp = batch.logprobs
-    flat = (flat_obs, flat_actions, old_logp.flatten(), values.flatten(), advantages.flatten(), returns.flatten())
+    buf = RolloutBuffer(steps, envs, x.shape[1], tuple(batch.actions.shape[2:]), continuous=batch.actions.is_floating_point())
+    for name, value in (('obs', x.view(steps, envs, -1)), ('actions', batch.actions), ('logprobs', old_logp),
+                        ('values', values), ('dones', batch.dones), ('rewards', batch.rewards), ('masks', batch.masks)):
+        getattr(buf, name).copy_(value.view_as(getattr(buf, name)))
     totals: dict[str, float] = {}
     count = 0
     for _ in range(ppo.update_epochs):
-        for idx in np.array_split(rng.permutation(steps * envs), ppo.num_minibatches):
-            index = torch.as_tensor(idx)
-            obs, actions, mb_old, mb_values, mb_adv, mb_returns = (f[index] for f in flat)
-            _, logprob, entropy, value = agent.get_action_and_value(obs, actions)
-            loss, stats = ppo_loss(logprob, mb_old, mb_adv, value, mb_values, mb_returns, entropy, ppo.clip_coef,
-                                   ppo.vf_coef, ppo.ent_coef, ppo.clip_vloss, ppo.norm_adv)
+        for mb in buf.minibatches(advantages, returns, ppo.num_minibatches, rng, recurrent):
+            if isinstance(agent, LstmAgent):
+                sub = (start[0][:, mb.env_idx], start[1][:, mb.env_idx])
+                _, logprob, entropy, value, _ = agent.get_action_and_value(mb.obs, sub, mb.dones, mb.actions, mb.masks)
+            else:
+                _, logprob, entropy, value = agent.get_action_and_value(mb.obs, mb.actions, mb.masks)
+            loss, stats = ppo_loss(logprob, mb.logprobs, mb.advantages, value, mb.values, mb.returns, entropy,
+                                   ppo.clip_coef, ppo.vf_coef, ppo.ent_coef, ppo.clip_vloss, ppo.norm_adv)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(agent.parameters(), ppo.max_grad_norm, foreach=True)
@@ -101,6 +108,8 @@ def update_on_batch(agent: MlpAgent, optimizer: torch.optim.Optimizer, batch: Tr
             for key, value_ in stats.items():
                 totals[key] = totals.get(key, 0.0) + value_
             count += 1
+        if ppo.target_kl is not None and stats['approx_kl'] > ppo.target_kl:
+            break
     means = {key: total / count for key, total in totals.items()}
     means['vtrace'] = float(use_vtrace)
     return means

@@ -5,6 +5,7 @@ APS drift is exact: the mean KL divergence KL(μ ‖ π) over the observations o
 batch, between the behaviour distribution μ logged in that batch (or, once newer weights have been
 sent, the sent policy's distribution on the same observations) and the learner's current π.
 Under every policy a worker whose version lags more than ``lag_cap`` updates is sent weights.
+``aps`` without a δ means ``aps:0.05`` (``DEFAULT_APS_DELTA``).
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from typing import NamedTuple
 
 from torch import Tensor
 
+from calf_agent.dist_wire import TrajectoryBatch
 from calf_core.errors import ConfigError
 
 SYNC_KINDS = ('every', 'period', 'aps')
 DEFAULT_LAG_CAP = 32
+DEFAULT_APS_DELTA = 0.05
+"""δ of ``--sync aps`` given without one: a mean KL of 0.05 nats between the worker's policy and the learner's."""
 LOST_AFTER_BATCHES = 3
 """Batches still at an older version after a send before the send counts as lost."""
 
@@ -35,8 +39,9 @@ class SyncPolicy(NamedTuple):
 
 
 def parse_sync(text: str, lag_cap: int = DEFAULT_LAG_CAP) -> SyncPolicy:
-    """``every``, ``period:K`` (K >= 1) or ``aps:δ`` (δ > 0); ConfigError names a bad value."""
-    kind, _, arg = text.strip().partition(':')
+    """``every``, ``period:K`` (K >= 1), ``aps:δ`` (δ > 0) or ``aps`` (δ = ``DEFAULT_APS_DELTA``);
+    ConfigError names a bad value."""
+    kind, colon, arg = text.strip().partition(':')
     if lag_cap < 1:
         raise ConfigError(f'the version lag cap must be >= 1, got {lag_cap}')
     try:
@@ -44,21 +49,14 @@ def parse_sync(text: str, lag_cap: int = DEFAULT_LAG_CAP) -> SyncPolicy:
             return SyncPolicy('every', lag_cap=lag_cap)
         if kind == 'period' and int(arg) >= 1:
             return SyncPolicy('period', period=int(arg), lag_cap=lag_cap)
+        if kind == 'aps' and not colon:
+            return SyncPolicy('aps', delta=DEFAULT_APS_DELTA, lag_cap=lag_cap)
         if kind == 'aps' and float(arg) > 0:
             return SyncPolicy('aps', delta=float(arg), lag_cap=lag_cap)
     except ValueError:
         pass
-    raise ConfigError(f'--sync must be every, period:K (K >= 1) or aps:DELTA (DELTA > 0, e.g. aps:0.02), got {text!r}')
-
-
-def mean_kl(reference_logits: Tensor, logits: Tensor, heads: int) -> float:
-    """Mean over rows of KL(reference ‖ current), summed over ``heads`` categorical heads.
-
-    Both are ``[B, heads * n]`` (log-)logits; each head is log-softmaxed here.
-    """
-    ref = reference_logits.view(reference_logits.shape[0], heads, -1).log_softmax(-1)
-    cur = logits.view(logits.shape[0], heads, -1).log_softmax(-1)
-    return float((ref.exp() * (ref - cur)).sum((-1, -2)).mean())
+    raise ConfigError(f'--sync must be every, period:K (K >= 1), aps or aps:DELTA (DELTA > 0, default '
+                      f'{DEFAULT_APS_DELTA:g}), got {text!r}')
 
 
 @dataclass
@@ -68,23 +66,28 @@ class WorkerSync:
     version: int = -1  # -1: unknown, the worker gets weights at once
     sent_version: int = -1
     batches_since_send: int = 0
-    obs: Tensor | None = None  # [B, D] observations of its last batch
-    reference_logits: Tensor | None = None  # [B, H * n] the worker's policy on ``obs``
+    probe: TrajectoryBatch | None = None  # its last batch: drift is measured on its observations
+    reference: Tensor | None = None  # [T * N, P] the worker's policy on ``probe``
     hello_at_s: float = -math.inf  # when a hello of this worker last asked for weights
+    held: dict[str, Tensor] | None = None  # the state last sent, as the worker holds it (None: send a snapshot)
+    pause_wanted: bool = False  # a batch of it was superseded: it pauses while one waits
+    paused: bool = False  # told to pause
 
-    def on_batch(self, version: int, obs: Tensor, behaviour_logits: Tensor) -> None:
-        """A batch collected with ``version`` arrived: its logged distribution is the new reference."""
+    def on_batch(self, batch: TrajectoryBatch) -> None:
+        """A batch collected with ``batch.version`` arrived: its logged distribution is the new reference."""
         self.batches_since_send += 1
-        if version >= self.sent_version or self.batches_since_send >= LOST_AFTER_BATCHES:
-            self.version, self.obs, self.reference_logits = version, obs, behaviour_logits
-            if version < self.sent_version:
-                self.sent_version = version  # the send was lost: its version never arrived
+        if batch.version >= self.sent_version or self.batches_since_send >= LOST_AFTER_BATCHES:
+            self.version, self.probe, self.reference = batch.version, batch, batch.behaviour.flatten(0, 1)
+            if batch.version < self.sent_version:
+                self.sent_version = batch.version  # the send was lost: its version never arrived
+                self.held = None  # and what the worker holds is not known: a snapshot next
 
-    def on_send(self, version: int, logits_on_obs: Tensor | None) -> None:
-        """Weights ``version`` were sent; ``logits_on_obs`` is that policy on the last batch's observations."""
+    def on_send(self, version: int, held: dict[str, Tensor], params_on_probe: Tensor | None) -> None:
+        """Weights ``version`` were sent, leaving the worker with ``held``; ``params_on_probe`` is that policy
+        on the last batch's observations."""
         self.version = self.sent_version = version
         self.batches_since_send = 0
-        self.reference_logits = logits_on_obs
+        self.held, self.reference = held, params_on_probe
 
     def lag(self, learner_version: int) -> int:
         return learner_version - self.version if self.version >= 0 else learner_version + 1

@@ -7,7 +7,8 @@ writes one sender's frames, numbering them ``(epoch, seq)``: the epoch is the se
 seq counts up. An ``Opener`` checks the tag first (constant time; nothing of an unauthenticated frame
 is parsed), then that the frame came from the sender whose chunks carried it and is newer than the
 last one it accepted from that sender (a replayed frame is refused), then decodes it, refusing
-tensors of the wrong names, shapes or types. ``split`` cuts a frame into chunks of at most
+tensors of the wrong names, shapes or types. A weights frame's payload is zstd-compressed and never
+expands past ``max_bytes`` (``dist_delta``). ``split`` cuts a frame into chunks of at most
 ``chunk_bytes``; ``Reassembler`` joins them within a byte budget across all senders and refuses (one
 log line, one counter per reason) chunks that are malformed, over budget or would exceed
 ``max_bytes``, and messages left incomplete.
@@ -26,9 +27,11 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 import torch
+import zstandard
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from calf_agent.dist_delta import checksum
 from calf_core.errors import MessageError
 
 MAGIC = b'CALF'
@@ -43,6 +46,8 @@ MAX_PENDING = 256
 """Messages in progress a receiver keeps at most, over all senders."""
 MAX_SENDER = 64
 """Longest sender name a chunk may carry."""
+ZSTD_LEVEL = 3
+"""Compression level of weights payloads."""
 CHUNK_BYTES = 16 * 1024
 """Default chunk size: small enough that one lost datagram costs little on a lossy link."""
 
@@ -67,16 +72,21 @@ class Kind(IntEnum):
     BATCH = 0
     WEIGHTS = 1
     HELLO = 2
+    CONTROL = 3  # flow control, learner to worker (carried in ByteChunk's kind like the others)
 
 
 @dataclass
 class TrajectoryBatch:
     """``T`` steps of ``N`` envs collected by one worker with policy ``version``.
 
-    ``dones[t]`` flags ``obs[t]`` as the first of an episode (CleanRL's convention);
-    ``behaviour_logits`` are the behaviour policy's per-head log-probabilities of every action,
-    ``[T, N, H * n_actions]``. ``final_index`` ``[K, 2]`` lists the ``(t, n)`` steps whose episode
-    was truncated, and ``final_obs`` ``[K, D]`` their last observation, for bootstrapping.
+    ``obs`` are raw features; ``dones[t]`` flags ``obs[t]`` as the first of an episode (CleanRL's
+    convention). ``actions`` are indices (int64, ``[T, N]`` or ``[T, N, H]``) or values (float32,
+    ``[T, N, A]`` or ``[T, N, H, A]``); ``behaviour`` ``[T, N, P]`` holds the behaviour distribution's
+    parameters (``dist_policy``) and ``logprobs`` its log-probabilities of the actions, over the plan
+    elements ``masks`` ``[T, N, H]`` marks as executed. ``rewards`` are as the learner trains on them:
+    scaled where the task normalises rewards, with ``γ V(final obs)`` added where an episode was
+    truncated. ``state_h``/``state_c`` ``[N, S]`` are an LSTM's state before the first step (S = 0
+    for feed-forward agents).
     """
 
     worker_id: str
@@ -86,15 +96,14 @@ class TrajectoryBatch:
     obs: torch.Tensor
     actions: torch.Tensor
     logprobs: torch.Tensor
-    behaviour_logits: torch.Tensor
+    behaviour: torch.Tensor
     rewards: torch.Tensor
     dones: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
     next_obs: torch.Tensor
     next_done: torch.Tensor
-    final_index: torch.Tensor
-    final_obs: torch.Tensor
+    masks: torch.Tensor
+    state_h: torch.Tensor
+    state_c: torch.Tensor
     episode_returns: list[float] = field(default_factory=list)
 
     @property
@@ -103,14 +112,20 @@ class TrajectoryBatch:
 
 
 _BATCH_TENSORS = {'obs': torch.float32, 'actions': torch.int64, 'logprobs': torch.float32,
-                  'behaviour_logits': torch.float32, 'rewards': torch.float32, 'dones': torch.float32,
-                  'terminated': torch.bool, 'truncated': torch.bool, 'next_obs': torch.float32,
-                  'next_done': torch.float32, 'final_index': torch.int64, 'final_obs': torch.float32}
+                  'behaviour': torch.float32, 'rewards': torch.float32, 'dones': torch.float32,
+                  'next_obs': torch.float32, 'next_done': torch.float32, 'masks': torch.float32,
+                  'state_h': torch.float32, 'state_c': torch.float32}
+_ACTION_TYPES = (torch.int64, torch.float32)
 
 
 @dataclass
 class WeightsMessage:
-    """The learner's policy at ``version``: its state dict, its ``spec()`` and the workers' env settings."""
+    """The learner's policy at ``version``: its ``spec()``, the workers' env settings and ``state``.
+
+    With ``base_version`` -1 ``state`` is a snapshot (every tensor, full precision); otherwise a delta:
+    the tensors that changed since ``base_version``, in reduced precision, which the worker applies
+    only onto exactly that version. ``checksum`` (``dist_delta.checksum``) is of the state that results.
+    """
 
     version: int
     learner_run: int
@@ -118,18 +133,38 @@ class WeightsMessage:
     agent_spec: dict[str, Any]
     env_config: dict[str, Any]
     state: dict[str, torch.Tensor]
+    base_version: int = -1
+    checksum: str = ''
+
+
+def snapshot(agent: torch.nn.Module, version: int, learner_run: int, target: str,
+             env_config: dict[str, Any]) -> WeightsMessage:
+    """A snapshot of ``agent`` (every tensor, full precision, with its checksum) for worker ``target``."""
+    state = {k: v.detach().clone() for k, v in agent.state_dict().items()}
+    return WeightsMessage(version, learner_run, target, agent.spec(), env_config, state, -1, checksum(state))
 
 
 @dataclass
 class Hello:
-    """A worker announcing itself, and the learner run and version it follows (0 and -1: none yet)."""
+    """A worker announcing itself, and the learner run and version it follows (0 and -1: none yet).
+
+    A worker that cannot apply a delta says hello with version -1: it asks for a snapshot."""
 
     worker_id: str
     learner_run: int = 0
     version: int = -1
 
 
-Message = TrajectoryBatch | WeightsMessage | Hello
+@dataclass
+class Control:
+    """Flow control for one worker: ``pause`` while a batch of it still waits at the learner."""
+
+    target: str
+    learner_run: int
+    pause: bool
+
+
+Message = TrajectoryBatch | WeightsMessage | Hello | Control
 
 
 def encode(message: Message, key: bytes, sender: str, epoch: int, seq: int) -> bytes:
@@ -141,20 +176,23 @@ def encode(message: Message, key: bytes, sender: str, epoch: int, seq: int) -> b
         kind = Kind.BATCH
     elif isinstance(message, WeightsMessage):
         header = {'version': message.version, 'learner_run': message.learner_run, 'target': message.target,
-                  'agent_spec': message.agent_spec, 'env_config': message.env_config}
-        tensors = {k: v.detach().contiguous() for k, v in message.state.items()}
-        kind = Kind.WEIGHTS
+                  'agent_spec': message.agent_spec, 'env_config': message.env_config,
+                  'base_version': message.base_version, 'checksum': message.checksum}
+        return _frame(Kind.WEIGHTS, key, sender, epoch, seq, header,
+                      compress(st_save({k: v.detach().contiguous() for k, v in message.state.items()})))
+    elif isinstance(message, Control):
+        header = {'target': message.target, 'learner_run': message.learner_run, 'pause': message.pause}
+        tensors, kind = {}, Kind.CONTROL
     else:
         header = {'worker_id': message.worker_id, 'learner_run': message.learner_run, 'version': message.version}
         tensors, kind = {}, Kind.HELLO
-    return _frame(kind, key, sender, epoch, seq, header, tensors)
+    return _frame(kind, key, sender, epoch, seq, header, st_save(dict(tensors)) if tensors else b'')
 
 
 def _frame(kind: Kind, key: bytes, sender: str, epoch: int, seq: int, header: Mapping[str, Any],
-           tensors: Mapping[str, torch.Tensor]) -> bytes:
+           payload: bytes) -> bytes:
     name = sender.encode()
     head = json.dumps(header, sort_keys=True).encode()
-    payload = st_save(dict(tensors)) if tensors else b''
     body = _PREFIX.pack(MAGIC, FORMAT, int(kind), epoch, seq, len(name), len(head), len(payload)) + name + head + payload
     return body + hmac.new(key, body, hashlib.sha256).digest()
 
@@ -212,8 +250,12 @@ class Opener:
         try:
             header = json.loads(bytes(body[name_len:name_len + head_len]))
             payload = bytes(body[name_len + head_len:])
+            if kind == Kind.WEIGHTS:
+                payload = decompress(payload, self.max_bytes)
             tensors = st_load(payload) if payload else {}
             return _message(Kind(kind), header, tensors)
+        except Refused:
+            raise
         except MessageError as err:
             raise Refused('corrupt', str(err)) from None
         except Exception as exc:  # json, safetensors, enum and key errors all mean a bad frame
@@ -221,16 +263,40 @@ class Opener:
                           ) from None
 
 
+def compress(payload: bytes) -> bytes:
+    """``payload`` as one zstd frame that records its size."""
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(payload)
+
+
+def decompress(data: bytes, max_bytes: int) -> bytes:
+    """The bytes of zstd frame ``data``; Refused (``oversized``) before more than ``max_bytes`` are expanded."""
+    announced = zstandard.frame_content_size(data)
+    if announced > max_bytes:
+        raise Refused('oversized', f'compressed payload announces {announced} bytes (limit {max_bytes})')
+    parts, size = [], 0
+    with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+        while part := reader.read(1 << 20):
+            size += len(part)
+            if size > max_bytes:
+                raise Refused('oversized', f'compressed payload expands past the limit of {max_bytes} bytes')
+            parts.append(part)
+    return b''.join(parts)
+
+
 def _message(kind: Kind, header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Message:
     if kind == Kind.HELLO:
         return Hello(str(header['worker_id']), int(header['learner_run']), int(header['version']))
     if kind == Kind.WEIGHTS:
         return WeightsMessage(int(header['version']), int(header['learner_run']), str(header['target']),
-                              dict(header['agent_spec']), dict(header['env_config']), tensors)
+                              dict(header['agent_spec']), dict(header['env_config']), tensors,
+                              int(header['base_version']), str(header['checksum']))
+    if kind == Kind.CONTROL:
+        return Control(str(header['target']), int(header['learner_run']), bool(header['pause']))
     if set(tensors) != set(_BATCH_TENSORS):
         raise MessageError(f'batch tensors {sorted(tensors)} differ from {sorted(_BATCH_TENSORS)}')
     for name, dtype in _BATCH_TENSORS.items():
-        if tensors[name].dtype != dtype:
+        allowed = _ACTION_TYPES if name == 'actions' else (dtype,)
+        if tensors[name].dtype not in allowed:
             raise MessageError(f'batch tensor {name} is {tensors[name].dtype}, expected {dtype}')
     batch = TrajectoryBatch(str(header['worker_id']), int(header['seq']), int(header['version']),
                             int(header['learner_run']), **tensors,
@@ -246,19 +312,18 @@ def _check_batch_shapes(b: TrajectoryBatch) -> None:
                            'are not [T, N, D] and [T, N]')
     steps, envs, dim = b.obs.shape
     expected = {'actions': b.actions.shape[:2], 'logprobs': b.logprobs.shape, 'dones': b.dones.shape,
-                'terminated': b.terminated.shape, 'truncated': b.truncated.shape,
-                'behaviour_logits': b.behaviour_logits.shape[:2]}
+                'behaviour': b.behaviour.shape[:2], 'masks': b.masks.shape[:2]}
     bad = [name for name, shape in expected.items() if tuple(shape) != (steps, envs)]
     if b.next_obs.shape != (envs, dim) or b.next_done.shape != (envs,):
         bad.append('next_obs/next_done')
-    if b.final_index.dim() != 2 or b.final_index.shape[1:] != (2,) or b.final_obs.shape != (len(b.final_index), dim):
-        bad.append('final_index/final_obs')
-    elif len(b.final_index) and not ((b.final_index >= 0).all() and (b.final_index[:, 0] < steps).all()
-                                     and (b.final_index[:, 1] < envs).all()):
-        bad.append('final_index (out of range)')
+    if b.behaviour.dim() != 3 or b.masks.dim() != 3:
+        bad.append('behaviour/masks (not [T, N, ...])')
+    if b.state_h.dim() != 2 or b.state_h.shape != b.state_c.shape or len(b.state_h) != envs:
+        bad.append('state_h/state_c')
     if bad:
         raise MessageError(f'batch of {steps} steps x {envs} envs has mismatched {", ".join(bad)}')
-    if not all(torch.isfinite(t).all() for t in (b.obs, b.rewards, b.logprobs, b.next_obs, b.final_obs)):
+    floats = (b.obs, b.rewards, b.logprobs, b.behaviour, b.next_obs, b.state_h, b.state_c, b.actions.float())
+    if not all(torch.isfinite(t).all() for t in floats):
         raise MessageError('batch holds NaN or infinite values')
 
 

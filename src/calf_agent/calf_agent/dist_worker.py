@@ -163,8 +163,8 @@ class RolloutWorker:
         ``stale_base`` for a delta onto another version than the one held, ``checksum`` if the result is
         not the learner's; after the last two the next hello asks for a snapshot.
         """
-        if weights.learner_run == self.learner_run and weights.version <= self.version:
-            return False
+        if weights.learner_run == self.learner_run and (weights.version, self.needs_snapshot) <= (self.version, False):
+            return False  # not newer (a snapshot of the version held is taken when one was asked for)
         self._check_env_config(weights.env_config)
         if self.env_config is not None and weights.env_config != self.env_config:
             raise Refused('foreign_env', f'the learner now trains {weights.env_config}, this worker runs '

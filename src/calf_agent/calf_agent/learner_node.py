@@ -19,14 +19,13 @@ from rclpy.node import Node
 from rclpy.publisher import Publisher
 
 from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
+from calf_agent.dist_delta import DEFAULT_PRECISION, PRECISIONS
 from calf_agent.dist_key import KEY_ENV, load_key
 from calf_agent.dist_learner import MAX_WORKERS, Learner, LearnerConfig
 from calf_agent.dist_ppo import LagConfig
 from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
-from calf_agent.regimes import default_representation
+from calf_agent.regimes import default_representation, train_defaults
 from calf_agent.representation import Representation
-from calf_agent.trainer import cartpole_defaults
-from calf_core.envs import env_spec
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 from calf_msgs.msg import ByteChunk
@@ -36,23 +35,28 @@ from calf_ros.qos import BATCHES, WEIGHTS
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'out': ('', 'checkpoint directory (as calf train --out); also progress.csv, eval.csv, distributed.json'),
-    'env': ('cartpole', 'task the workers run (cartpole; the MLP agent only)'),
+    'env': ('cartpole', 'task the workers run (any calf train task; the agent and PPO settings are its calf train '
+                        'defaults)'),
     'network': ('full_net_aware', 'network profile of the workers\' envs, in virtual time'),
     'regime': ('full', 'regime name recorded in the checkpoint'),
     'frames': (0, 'frame stack k; 0: the network\'s default'),
     'action_history': (-1, 'actions remembered; -1: the network\'s default'),
     'delay_state': (-1, 'the delay state in the features: 1 on, 0 off, -1: the default'),
+    'obs_age': (False, 'the age of the newest observation in the features'),
+    'plan_horizon': (1, 'actions per message (a plan; the loss counts executed elements only)'),
     'steps': (100_000, 'env steps to train for, summed over workers'),
     'seed': (0, 'seed of the learner\'s torch and of the evaluations'),
     'sync': ('every', 'every, period:K or aps:DELTA'),
     'lag_cap': (DEFAULT_LAG_CAP, 'a worker lagging more versions than this gets weights under any sync'),
     'vtrace_lag': (LagConfig.vtrace_lag, 'above this version lag a batch is corrected with V-trace'),
-    'num_steps': (32, 'steps per env in one worker batch'),
+    'num_steps': (0, 'steps per env in one worker batch; 0: the task\'s calf train rollout length'),
     'eval_every': (10_000, 'env steps between checkpoint + deterministic evaluation'),
     'eval_episodes': (10, 'episodes per evaluation'),
     'stop_return': (0.0, 'stop once an evaluation reaches this mean return; 0: train the whole budget'),
     'resume': (False, 'continue from the checkpoint in out (weights, version, steps) if there is one'),
     'chunk_bytes': (16 * 1024, 'largest chunk of a weights message (bytes)'),
+    'precision': (DEFAULT_PRECISION, f'precision of the tensors in weight deltas: {" or ".join(PRECISIONS)}'),
+    'flow_control': (True, 'pause workers whose batches the learner would supersede'),
     'key_file': ('', f'file of the key shared with the workers (calf train --workers writes OUT/dist.key); '
                      f'empty: the key in {KEY_ENV}'),
     'max_workers': (MAX_WORKERS, 'workers admitted at most; hellos beyond are refused'),
@@ -66,24 +70,31 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
     """The run the parameters ``p`` describe; ConfigError names a bad value."""
     if not p['out']:
         raise ConfigError('no checkpoint directory: pass -p out:=DIR')
-    if env_spec(p['env']).name != 'cartpole':
-        raise ConfigError(f'distributed training runs the MLP agent, which {p["env"]} does not use: train it '
-                          'with calf train')
+    if min(p['steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes'], p['max_workers'],
+           p['plan_horizon']) < 1 or p['num_steps'] < 0:
+        raise ConfigError('steps, eval_every, eval_episodes, chunk_bytes, max_workers and plan_horizon must be >= 1, '
+                          'num_steps >= 0')
     profile = load_profile(p['network'])
+    base = train_defaults(p['env'], 'ppo')
+    plan = p['plan_horizon']
     default = default_representation(p['env'], profile, None if p['delay_state'] < 0 else bool(p['delay_state']))
     rep = Representation(frames=p['frames'] or default.frames,
                          actions=default.actions if p['action_history'] < 0 else p['action_history'],
-                         delay_state=default.delay_state)
-    base = cartpole_defaults()
+                         obs_age=p['obs_age'], delay_state=default.delay_state)
+    num_steps = p['num_steps'] or base.num_steps
+    try:
+        train = replace(base, num_steps=num_steps, mask_unexecuted=plan > 1,
+                        plan_head='independent', meta={})
+    except ValueError as err:
+        raise ConfigError(f'bad training settings: {err}') from None
     env_config = {'env': p['env'], 'network': p['network'], 'regime': p['regime'], 'representation': rep.as_dict(),
-                  'plan_horizon': 1, 'num_steps': p['num_steps']}
-    if min(p['steps'], p['num_steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes'], p['max_workers']) < 1:
-        raise ConfigError('steps, num_steps, eval_every, eval_episodes, chunk_bytes and max_workers must be >= 1')
+                  'plan_horizon': plan, 'num_steps': num_steps}
     return LearnerConfig(Path(p['out']), env_config, parse_sync(p['sync'], p['lag_cap']), p['steps'], p['seed'],
-                         ppo=base.ppo, lag=replace(LagConfig(), vtrace_lag=p['vtrace_lag']), hidden=base.hidden,
+                         train=train, lag=replace(LagConfig(), vtrace_lag=p['vtrace_lag']),
                          eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
                          stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'],
-                         key=load_key(p['key_file']), max_workers=p['max_workers'])
+                         key=load_key(p['key_file']), max_workers=p['max_workers'], precision=p['precision'],
+                         flow_control=p['flow_control'])
 
 
 class LearnerNode(Node):
@@ -121,7 +132,8 @@ class LearnerNode(Node):
     def destroy_node(self) -> None:
         self.learner.close()
         self.get_logger().info(f'wrote {self.learner.cfg.out_dir}: {self.learner.env_steps} env steps, '
-                               f'{self.learner.sent.bytes} weight bytes sent')
+                               f'{self.learner.sent.bytes} weight bytes sent, '
+                               f'{100 * self.learner.wasted_fraction:.1f} % of the env steps received superseded')
         super().destroy_node()
 
 

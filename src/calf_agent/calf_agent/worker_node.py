@@ -4,8 +4,10 @@ Thin: ``calf_agent.dist_worker.RolloutWorker`` does the work. The node runs ``en
 weights for another env are refused). Until weights arrive it says hello on ``batch_topic`` every
 ``hello_period_s``, then every ``heartbeat_s``; it collects one batch per timer tick and publishes its
 chunks (QoS ``calf_ros.qos.BATCHES``). Weights arrive on ``<weights_prefix>/<worker_id>`` (QoS ``WEIGHTS``)
-and replace the local copy between batches. A restarted learner admits the worker at its next hello and
-sends its weights, so the worker follows it with no manual step. Every frame is tagged under the key in
+and replace the local copy between batches; a delta it cannot apply makes its next hello (at
+``hello_period_s``) ask for a snapshot. While the learner says pause it collects nothing (for at most
+``pause_timeout_s``). A restarted learner admits the worker at its next hello and sends its weights, so
+the worker follows it with no manual step. Every frame is tagged under the key in
 ``key_file`` (or ``CALF_DIST_KEY``).
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, dra
 from calf_agent.dist_key import KEY_ENV, load_key
 from calf_agent.dist_learner import WORKER_ID
 from calf_agent.dist_wire import Chunk
-from calf_agent.dist_worker import RolloutWorker
+from calf_agent.dist_worker import PAUSE_TIMEOUT_S, RolloutWorker
 from calf_core.envs import env_spec
 from calf_core.errors import ConfigError
 from calf_msgs.msg import ByteChunk
@@ -44,6 +46,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'heartbeat_s': (2.0, 'period of hellos once weights arrived (seconds): a restarted learner admits it again'),
     'chunk_bytes': (16 * 1024, 'largest chunk of a batch (bytes)'),
     'collect_period_s': (0.001, 'period of the collection timer (seconds)'),
+    'pause_timeout_s': (PAUSE_TIMEOUT_S, 'a pause the learner asked for ends after this long without a word (seconds)'),
 }
 
 
@@ -61,11 +64,13 @@ class WorkerNode(Node):
         worker_id = p['worker_id'] or default_worker_id()
         if not WORKER_ID.match(worker_id):
             raise ConfigError(f'worker_id must be a name token (letters, digits, _; 64 at most), got {worker_id!r}')
-        if min(p['envs'], p['chunk_bytes']) < 1 or not min(p['hello_period_s'], p['heartbeat_s']) > 0:
-            raise ConfigError('envs and chunk_bytes must be >= 1, hello_period_s and heartbeat_s > 0')
+        if min(p['envs'], p['chunk_bytes']) < 1 or not min(p['hello_period_s'], p['heartbeat_s'],
+                                                            p['pause_timeout_s']) > 0:
+            raise ConfigError('envs and chunk_bytes must be >= 1, hello_period_s, heartbeat_s and pause_timeout_s > 0')
         env_spec(p['env'])  # an unknown env fails here, before any weights
         self.worker = RolloutWorker(worker_id, p['env'], load_key(p['key_file']), p['envs'], p['seed'],
-                                    p['chunk_bytes'], log=self.get_logger().warning, network=p['network'])
+                                    p['chunk_bytes'], log=self.get_logger().warning, network=p['network'],
+                                    pause_timeout_s=p['pause_timeout_s'])
         self.hello_period_s, self.heartbeat_s = p['hello_period_s'], p['heartbeat_s']
         self._last_hello = -float('inf')
         self._seq = 0
@@ -83,10 +88,11 @@ class WorkerNode(Node):
         for msg in drain(self._weights):  # the newest weights before each batch, not one chunk per batch
             self._on_chunk(msg)
         now = time.monotonic()
-        if now - self._last_hello >= (self.heartbeat_s if self.worker.ready else self.hello_period_s):
+        in_step = self.worker.ready and not self.worker.needs_snapshot
+        if now - self._last_hello >= (self.heartbeat_s if in_step else self.hello_period_s):
             self._last_hello = now
             self._publish(self.worker.hello())
-        if not self.worker.ready:
+        if not self.worker.may_collect(now):
             return
         self._publish(self.worker.next_batch(int(self.worker.env_config['num_steps'])))
 

@@ -3,6 +3,7 @@ frames, unbounded specs, unfit batches, hello floods, partial-message floods and
 each refused with one log line and one counter per reason. Real learner and workers, without ROS."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +26,13 @@ from calf_agent.dist_wire import (
     TrajectoryBatch,
     WeightsMessage,
     shown,
+    snapshot,
     split,
 )
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.ppo import PPOConfig
+from calf_agent.trainer import cartpole_defaults
 from calf_core.errors import ConfigError
 
 KEY = bytes(range(32))
@@ -39,7 +42,8 @@ ENV_CONFIG = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
 
 def _learner(tmp_path: Path, lines: list[str] | None = None, **kw) -> Learner:
     cfg = LearnerConfig(tmp_path, ENV_CONFIG, parse_sync('every'), total_steps=10_000,
-                        ppo=PPOConfig(update_epochs=1, num_minibatches=1), eval_every=10**9, key=KEY, **kw)
+                        train=replace(cartpole_defaults(), ppo=PPOConfig(update_epochs=1, num_minibatches=1)),
+                        eval_every=10**9, key=KEY, **kw)
     return Learner(cfg, log=lambda line: None, clock=lambda: 0.0, warn=(lines if lines is not None else []).append)
 
 
@@ -49,8 +53,8 @@ def _send(learner: Learner, frame: bytes, kind: Kind, sender: str, message_id: i
 
 
 def _weights(env_config: dict | None = None, target: str = 'w0', **spec) -> WeightsMessage:
-    agent = MlpAgent(4, 2)
-    return WeightsMessage(1, 7, target, {**agent.spec(), **spec}, env_config or ENV_CONFIG, agent.state_dict())
+    message = snapshot(MlpAgent(4, 2), 1, 7, target, env_config or ENV_CONFIG)
+    return replace(message, agent_spec={**message.agent_spec, **spec})
 
 
 def _ready_worker(worker_id: str = 'w0') -> RolloutWorker:
@@ -147,7 +151,7 @@ def test_a_network_the_worker_did_not_choose_is_refused(tmp_path):
 @pytest.mark.parametrize('spec, message', [
     ({'hidden': [16384] * 16}, 'more than 67108864'),  # 4 billion weights: refused before any is allocated
     ({'hidden': [64] * 17}, '1 to 16 layer widths'),
-    ({'kind': 'model_plan'}, 'MLP agents only'),
+    ({'kind': 'model_plan'}, 'PPO agents'),
     ({'obs_dim': 5}, 'other names or shapes than the spec builds'),  # the weights sent do not fit the spec
 ])
 def test_agent_specs_from_the_wire_pass_the_checkpoint_bounds(spec, message):
@@ -160,8 +164,8 @@ def test_agent_specs_from_the_wire_pass_the_checkpoint_bounds(spec, message):
 def test_a_spec_that_does_not_fit_the_workers_env_is_refused():
     agent = MlpAgent(6, 2)
     worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=1)
-    with pytest.raises(Refused, match='6 observation values and 2 actions, this worker.s envs 4 and 2'):
-        worker.apply(WeightsMessage(1, 7, 'w0', agent.spec(), ENV_CONFIG, agent.state_dict()))
+    with pytest.raises(Refused, match='6 observation values and 2 actions, this worker.s envs 4 observation values and 2 actions'):
+        worker.apply(snapshot(agent, 1, 7, 'w0', ENV_CONFIG))
     assert not worker.ready and worker.envs is None
 
 
@@ -185,7 +189,7 @@ def test_a_batch_of_a_worker_never_admitted_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize('change, message', [
-    (lambda b: {'obs': torch.zeros(16, 2, 5), 'next_obs': torch.zeros(2, 5), 'final_obs': torch.zeros(0, 5)},
+    (lambda b: {'obs': torch.zeros(16, 2, 5), 'next_obs': torch.zeros(2, 5)},
      '5 observation values, this run takes 16 of 4'),
     (lambda b: {'rewards': torch.full_like(b.rewards, 1e30)}, 'beyond 1e+06'),
     (lambda b: {'actions': torch.full_like(b.actions, 7)}, 'actions outside'),

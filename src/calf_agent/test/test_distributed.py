@@ -2,6 +2,7 @@
 learner with workers exchanging real chunks (CartPole, real torch), without ROS."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,9 @@ import pytest
 import torch
 
 from calf_agent.dist_learner import Learner, LearnerConfig
+from calf_agent.dist_policy import mean_kl
 from calf_agent.dist_ppo import LagConfig, update_on_batch, vtrace
-from calf_agent.dist_sync import SyncPolicy, WorkerSync, mean_kl, parse_sync
+from calf_agent.dist_sync import DEFAULT_APS_DELTA, SyncPolicy, WorkerSync, parse_sync
 from calf_agent.dist_wire import (
     Chunk,
     Hello,
@@ -21,11 +23,13 @@ from calf_agent.dist_wire import (
     Sealer,
     TrajectoryBatch,
     WeightsMessage,
+    snapshot,
     split,
 )
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.ppo import PPOConfig, compute_gae
+from calf_agent.trainer import cartpole_defaults
 from calf_core.errors import ConfigError
 
 KEY = bytes(range(32))
@@ -35,7 +39,7 @@ ENV_CONFIG = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
 
 def _weights(version: int = 3, target: str = 'w0') -> WeightsMessage:
     agent = MlpAgent(4, 2)
-    return WeightsMessage(version, 7, target, agent.spec(), ENV_CONFIG, agent.state_dict())
+    return snapshot(agent, version, 7, target, ENV_CONFIG)
 
 
 def _worker(worker_id: str = 'w0', envs: int = 2) -> RolloutWorker:
@@ -53,8 +57,8 @@ def test_batch_round_trips_through_bytes():
     back = _round_trip(batch)
     assert isinstance(back, TrajectoryBatch)
     assert (back.worker_id, back.seq, back.version, back.learner_run) == ('w0', 1, 3, 7)
-    for name in ('obs', 'actions', 'logprobs', 'behaviour_logits', 'rewards', 'dones', 'terminated', 'truncated',
-                 'next_obs', 'next_done', 'final_index', 'final_obs'):
+    for name in ('obs', 'actions', 'logprobs', 'behaviour', 'rewards', 'dones', 'next_obs', 'next_done', 'masks',
+                 'state_h', 'state_c'):
         assert torch.equal(getattr(back, name), getattr(batch, name)), name
     assert back.obs.shape == (20, 2, 4) and back.env_steps == 40
     assert back.episode_returns == batch.episode_returns
@@ -125,7 +129,11 @@ def test_parse_sync(text, expected):
     assert str(parse_sync(text)) == text
 
 
-@pytest.mark.parametrize('text', ['always', 'period:0', 'period:x', 'aps:-1', 'aps', 'every:2'])
+def test_aps_without_a_delta_takes_the_default():
+    assert parse_sync('aps') == SyncPolicy('aps', delta=DEFAULT_APS_DELTA)
+
+
+@pytest.mark.parametrize('text', ['always', 'period:0', 'period:x', 'aps:-1', 'aps:', 'aps:x', 'every:2'])
 def test_parse_sync_refuses(text):
     with pytest.raises(ConfigError, match='--sync must be'):
         parse_sync(text)
@@ -134,7 +142,7 @@ def test_parse_sync_refuses(text):
 def test_sync_decisions():
     sync = WorkerSync()
     assert sync.wants(parse_sync('period:4'), 0, None)  # unknown worker: at once
-    sync.on_send(5, None)
+    sync.on_send(5, {}, None)
     assert not sync.wants(parse_sync('every'), 5, None)
     assert sync.wants(parse_sync('every'), 6, None)
     assert [sync.wants(parse_sync('period:4'), v, None) for v in (7, 8, 9)] == [False, False, True]
@@ -145,21 +153,23 @@ def test_sync_decisions():
 
 def test_a_lost_send_is_detected_from_later_batches():
     sync = WorkerSync()
-    sync.on_send(4, None)
-    obs, logits = torch.zeros(3, 4), torch.zeros(3, 2)
+    sync.on_send(4, {}, None)
+    batch = _worker().collect(4)
+    batch.version = 2
     for _ in range(2):
-        sync.on_batch(2, obs, logits)
-    assert sync.version == 4  # batches collected before the weights arrived
-    sync.on_batch(2, obs, logits)
-    assert sync.version == 2 and sync.sent_version == 2
+        sync.on_batch(batch)
+    assert sync.version == 4 and sync.held == {}  # batches collected before the weights arrived
+    sync.on_batch(batch)
+    assert sync.version == 2 and sync.sent_version == 2 and sync.held is None  # a snapshot next
 
 
 def test_mean_kl_is_exact():
     ref = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1]]))
     cur = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
     expected = (0.0 + 0.9 * np.log(0.9 / 0.5) + 0.1 * np.log(0.1 / 0.5)) / 2
-    assert mean_kl(ref, cur, 1) == pytest.approx(expected, rel=1e-5)
-    assert mean_kl(cur, cur, 1) == pytest.approx(0.0, abs=1e-7)
+    agent = MlpAgent(4, 2)
+    assert mean_kl(agent, ref, cur) == pytest.approx(expected, rel=1e-5)
+    assert mean_kl(agent, cur, cur) == pytest.approx(0.0, abs=1e-7)
 
 
 def _random_rollout(seed: int = 0, steps: int = 12, envs: int = 3):
@@ -202,7 +212,8 @@ def test_stale_batches_switch_to_vtrace():
 
 def _learner(tmp_path: Path, sync: str, **kw) -> Learner:
     cfg = LearnerConfig(tmp_path, ENV_CONFIG, parse_sync(sync), total_steps=kw.pop('total_steps', 10_000),
-                        ppo=PPOConfig(update_epochs=2, num_minibatches=1), eval_every=10**9, key=KEY, **kw)
+                        train=replace(cartpole_defaults(), ppo=PPOConfig(update_epochs=2, num_minibatches=1)),
+                        eval_every=10**9, key=KEY, **kw)
     return Learner(cfg, log=lambda line: None, clock=lambda: 0.0)
 
 
@@ -276,7 +287,7 @@ def test_learner_resumes_from_its_checkpoint(tmp_path):
     assert again.run != first.run
     assert all(torch.equal(a, b) for a, b in zip(first.agent.parameters(), again.agent.parameters()))
     worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=0)
-    worker.apply(WeightsMessage(0, first.run, 'w0', first.agent.spec(), ENV_CONFIG, first.agent.state_dict()))
+    worker.apply(snapshot(first.agent, 0, first.run, 'w0', ENV_CONFIG))
     for chunk in [*worker.hello(), *worker.next_batch(16)]:  # admitted; collected under the old run: V-trace
         again.receive(chunk, 0.0)
     sends = again.step()

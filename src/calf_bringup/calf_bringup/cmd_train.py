@@ -16,11 +16,10 @@ from calf_agent.imitation import train_student
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
-from calf_agent.trainer import cartpole_defaults
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
 from calf_bringup.distributed import run_training, training_graph
 from calf_core.atomic import check_out_parent
-from calf_core.envs import add_env_arguments, env_spec, resolve_env_arg
+from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 from calf_core.task_spec import ALGOS
@@ -131,9 +130,14 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
 
 def _train_distributed(args: argparse.Namespace, network: str) -> int:
     """A learner node plus ``--workers`` worker processes; the checkpoint is the same as ``calf train``'s."""
-    if args.plan_horizon != 1 or args.planner != 'ppo' or args.obs_age or env_spec(args.env).name != 'cartpole':
-        raise ConfigError('--workers trains single-action MLP policies (CartPole) without --obs-age: '
-                          'drop --plan-horizon/--planner/--obs-age, or train without --workers')
+    if args.planner == 'model' or args.expert is not None:
+        raise ConfigError(f'--{"planner model" if args.planner == "model" else "expert"} trains in one process '
+                          '(a dynamics model, or a student by imitation): drop --workers')
+    defaults = train_defaults(args.env, 'ppo')
+    if defaults.agent == 'lstm' and (args.envs or defaults.num_envs) < defaults.ppo.num_minibatches:
+        raise ConfigError(f'{args.env} trains a memory (LSTM) policy on whole env sequences in '
+                          f'{defaults.ppo.num_minibatches} minibatches: give each worker --envs '
+                          f'{defaults.ppo.num_minibatches} or more')
     parse_sync(args.sync, args.lag_cap)
     if args.max_workers < args.workers:
         raise ConfigError(f'--max-workers {args.max_workers} admits fewer than the {args.workers} local --workers')
@@ -143,10 +147,11 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
     params = {'out': str(args.out.resolve()), 'env': args.env, 'network': network, 'regime': args.regime,
               'frames': args.frames or 0, 'action_history': -1 if args.action_history is None else args.action_history,
               'delay_state': -1 if args.delay_state is None else int(args.delay_state),
-              'steps': args.steps or cartpole_defaults().total_steps, 'seed': args.seed, 'sync': args.sync,
+              'obs_age': args.obs_age, 'plan_horizon': args.plan_horizon,
+              'steps': args.steps or defaults.total_steps, 'seed': args.seed, 'sync': args.sync,
               'lag_cap': args.lag_cap, 'eval_every': args.eval_every, 'stop_return': float(args.stop_return),
               'resume': args.resume, 'max_workers': args.max_workers}
-    specs = training_graph(params, args.workers, args.envs or cartpole_defaults().num_envs, args.seed,
+    specs = training_graph(params, args.workers, args.envs or defaults.num_envs, args.seed,
                            args.learner_network, args.out, key_file)
     if key_file == str(args.out.resolve() / KEY_FILE):  # made once every argument has been checked
         create_key(Path(key_file))
@@ -157,7 +162,7 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
         done = json.loads(summary.read_text())
         print(json.dumps({'out': str(args.out), 'steps': done['env_steps'], 'updates': done['updates'],
                           'wall_time_s': done['wall_time_s'], 'weights_bytes': done['weights_sent']['bytes'],
-                          'evals': done['evals'][-1:]}))
+                          'wasted_fraction': done['wasted_fraction'], 'evals': done['evals'][-1:]}))
     return code
 
 

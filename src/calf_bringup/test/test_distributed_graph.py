@@ -62,7 +62,9 @@ def test_a_remote_worker_finds_the_learner_by_static_peers(tmp_path, monkeypatch
 @pytest.mark.parametrize('argv, message', [
     (['train', '--workers', '2', '--sync', 'aps:0', '--out', 'x'], '--sync must be'),
     (['train', '--sync', 'period:4', '--out', 'x'], 'need --workers'),
-    (['train', '--workers', '2', '--plan-horizon', '4', '--out', 'x'], 'single-action'),
+    (['train', '--workers', '2', '--planner', 'model', '--plan-horizon', '4', '--out', 'x'],
+     '--planner model trains in one process'),
+    (['train', '--env', 'minigrid', '--workers', '2', '--envs', '2', '--out', 'x'], 'give each worker --envs 4'),
     (['train', '--workers', '2', '--learner-network', 'no_such_profile', '--out', 'x'], 'no_such_profile'),
     (['worker', '--learner', 'localhost', '--id', 'bad id'], '--id must be a name token'),
     (['worker', '--learner', 'not-an-ip', '--key', 'k.key'], 'not an IPv4 address'),
