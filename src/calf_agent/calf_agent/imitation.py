@@ -4,7 +4,9 @@ In simulation the true state at every tick is known. The student acts on what th
 representation: frames, the actions in flight and the delay state) and sends plans of H actions; the
 expert, a policy trained on a clean link that acts on the state alone, labels each plan element that
 the env applied with the action it would have taken in the state where that element was applied.
-DAgger gathers these labels in rounds in which the student drives, keeps them all (up to a bound)
+DAgger gathers these labels in rounds in which the student drives (in round r, each decision is the
+expert's, on the true state at that instant, with probability ``beta_decay ** r``: DAgger's mixture, so
+that the first rounds visit the states the expert keeps the robot in), keeps them all (up to a bound)
 and refits the student's actor to them by regression. This is delayed RL by imitation (DIDA's idea),
 with CALF's links, plans and hold rule in the loop.
 
@@ -57,6 +59,7 @@ class ImitationConfig:
     hidden: tuple[int, ...] = (256, 256)
     max_labels: int = 500_000  # decisions kept; the oldest go first
     noise: float = 0.1  # exploration: Gaussian noise on the student's actions, as a fraction of the half range
+    beta_decay: float = 0.5  # round r sends the expert's plan instead of the student's with probability decay ** r
     seed: int = 0
     torch_threads: int = 1
 
@@ -64,9 +67,9 @@ class ImitationConfig:
         counts = (self.total_steps, self.rounds, self.num_envs, self.epochs, self.minibatch, self.max_labels)
         if min(counts) < 1:
             raise ValueError('total_steps, rounds, num_envs, epochs, minibatch and max_labels must be >= 1')
-        if not (0 < self.learning_rate < 1) or not (0 <= self.noise <= 1):
-            raise ValueError(f'learning_rate must be in (0, 1) and noise in [0, 1], got '
-                             f'{self.learning_rate} and {self.noise}')
+        if not (0 < self.learning_rate < 1) or not (0 <= self.noise <= 1) or not (0 <= self.beta_decay < 1):
+            raise ValueError(f'learning_rate must be in (0, 1), noise in [0, 1] and beta_decay in [0, 1), got '
+                             f'{self.learning_rate}, {self.noise} and {self.beta_decay}')
 
 
 class Expert:
@@ -141,6 +144,7 @@ class StudentRollout:
         self._applied: list[tuple[int, int, np.ndarray]] = []  # (plan_seq, element, state it was applied in)
         self._decisions: dict[int, np.ndarray] = {}  # obs_seq -> the features the decision was made on
         self.features = np.zeros(0, np.float32)
+        self.state = np.zeros(0, np.float32)
         self.seq = self.ticks = 0
         self.episode_return = 0.0
 
@@ -148,7 +152,7 @@ class StudentRollout:
         applied = record.applied
         if applied is not None and applied.index >= 0 and self._state is not None:
             self._applied.append((applied.plan_seq, applied.index, self._state))
-        self._state = record.obs
+        self._state = self.state = record.obs
 
     def start(self, seed: int) -> None:
         self._state = None
@@ -223,6 +227,10 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
                 plans = plans.reshape(len(rollouts), plan_horizon, action_dim)
                 plans = np.clip(plans + rng.normal(0, cfg.noise, plans.shape).astype(np.float32) * half_range,
                                 space.low, space.high).astype(np.float32)
+                expert_rows = rng.random(len(rollouts)) < cfg.beta_decay ** round_index
+                if expert_rows.any():  # DAgger's mixture: the expert, on the true state now, drives these envs
+                    states = np.stack([r.state for r, e in zip(rollouts, expert_rows) if e])
+                    plans[expert_rows] = expert.label(states)[:, None, :]
                 for rollout, plan in zip(rollouts, plans):
                     ended = rollout.act(plan if plan_horizon > 1 else plan[0])
                     round_ticks += rollout.ticks
