@@ -37,12 +37,13 @@ class EventQueue:
     """
 
     def __init__(self) -> None:
-        # read by hot loops: ``heap[0] < (time_ns, rank)`` is "due before"; entries unpack as an Event's fields
+        # read by hot loops: ``heap[0] < (time_ns, rank)`` is "due before"; entries unpack as an Event's fields,
+        # and a hot loop may push ``(time_ns, rank, next(order), payload)`` itself
         self.heap: list[tuple[int, int, int, Any]] = []
-        self._order = itertools.count()
+        self.order = itertools.count()
 
     def push(self, time_ns: int, rank: int, payload: Any) -> None:
-        heappush(self.heap, (time_ns, rank, next(self._order), payload))
+        heappush(self.heap, (time_ns, rank, next(self.order), payload))
 
     def due_before(self, time_ns: int, rank: int) -> bool:
         """Whether the next event comes before (``time_ns``, ``rank``)."""

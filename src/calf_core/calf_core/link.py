@@ -152,17 +152,24 @@ class Link:
         if send_s < self._last_send_s:
             raise ValueError(f"transmit: send_s must be non-decreasing, got {send_s} after {self._last_send_s}")
         self._last_send_s = send_s
-        self.stats.sent += 1
-        if self._single_chain is not None:
+        stats, rng = self.stats, self._rng
+        stats.sent += 1
+        if self._single_chain is not None:  # the per-message path: DrawBuffer.take inlined
             arrive_s = send_s
-            if self._lead is not None:
-                delay_s = self._lead.take(self._rng)
+            lead = self._lead
+            if lead is not None:
+                i, values = lead._next, lead._values
+                if i < len(values) and rng is lead._rng:
+                    lead._next = i + 1
+                    delay_s = values[i]
+                else:
+                    delay_s = lead.take(rng)
                 if delay_s != delay_s:  # NaN: lost
-                    self.stats.dropped_injected += 1
+                    stats.dropped_injected += 1
                     return []
                 arrive_s = send_s + delay_s
             for arrival, stage in self._single_chain:
-                arrive_s = arrival(send_s, arrive_s, size_bytes, self._rng)
+                arrive_s = arrival(send_s, arrive_s, size_bytes, rng)
                 if arrive_s is None:
                     self._count_drop(stage)
                     return []
@@ -170,7 +177,7 @@ class Link:
                 if arrive_s < self._last_arrive_s:
                     arrive_s = self._last_arrive_s
                 self._last_arrive_s = arrive_s
-            self.stats.delivered += 1
+            stats.delivered += 1
             return [arrive_s]
         packets = [Packet(send_s, send_s, size_bytes)]
         for stage in self._stages:

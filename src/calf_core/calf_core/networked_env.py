@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from heapq import heappop
+from heapq import heappop, heappush
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -44,7 +44,7 @@ from gymnasium.envs.registration import EnvSpec
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import BoxBounds, ObservationGate, ObsRecord, Stepper, applied_facts, keep_newest
+from calf_core.timing import BoxBounds, ObsRecord, Stepper, applied_facts, keep_newest
 
 MESSAGE_OVERHEAD_BYTES = 64
 ENV_ID = 'calf/Networked-v0'
@@ -132,7 +132,7 @@ class NetworkedEnv(gym.Wrapper):
         self._origin_ns = 0  # the links' clock at this episode's tick 0: episode times + origin = link times
         self._queue = EventQueue()
         self._policy = BusyPolicy(self._queue)  # the agent: busy for compute_ms after each decision
-        self._gate = ObservationGate()
+        self._last_seq = -1  # the observation the agent last acted on this episode (ObservationGate's rule)
         self._decision: ObsRecord | None = None
         self._decision_ns = 0
         self._reward = 0.0
@@ -176,7 +176,7 @@ class NetworkedEnv(gym.Wrapper):
             self._origin_ns += max((self.stepper.tick_index + 1) * self._dt_ns, self._policy.busy_until_ns)
         self._queue.clear()
         self._policy.reset()
-        self._gate = ObservationGate()
+        self._last_seq = -1
         self._ended = None
         self._reward, self._ticks, self._e2e_seen = 0.0, 0, 0
         self._decision_of.clear()
@@ -232,21 +232,24 @@ class NetworkedEnv(gym.Wrapper):
         """Send ``emitted`` (if given), then run virtual time until the agent must decide or the episode ends.
 
         Events due before the next tick are handled first, in (time, rank, order) order; of the observations
-        that reach the agent at one instant, it keeps the newest (``keep_newest``).
+        that reach the agent at one instant, it keeps the newest (``keep_newest``). This loop is the per-tick
+        cost: queue pushes and the running reward and tick count are inlined as locals.
         """
-        queue, stepper, dt_ns, gate, policy = self._queue, self.stepper, self._dt_ns, self._gate, self._policy
-        heap = queue.heap
+        queue, stepper, dt_ns, policy = self._queue, self.stepper, self._dt_ns, self._policy
+        heap, order, transmit, obs_bytes = queue.heap, queue.order, self.uplink.transmit, self._obs_bytes
+        origin_ns, decision_of, horizon, listener = self._origin_ns, self._decision_of, self.plan_horizon, \
+            self.tick_listener
+        reward, ticks = self._reward, self._ticks
         while True:
             if emitted is not None:
-                origin_ns = self._origin_ns
-                arrivals = self.uplink.transmit((origin_ns + round(emitted.stamp_s * 1e9)) / 1e9, self._obs_bytes)
+                arrivals = transmit((origin_ns + round(emitted.stamp_s * 1e9)) / 1e9, obs_bytes)
                 if not arrivals:
                     self.obs_lost += 1
                 for arrive_s in arrivals:
-                    queue.push(round(arrive_s * 1e9) - origin_ns, OBS, emitted)
+                    heappush(heap, (round(arrive_s * 1e9) - origin_ns, OBS, next(order), emitted))
             next_tick_ns = (stepper.tick_index + 1) * dt_ns
             due = (next_tick_ns, TICK)
-            while heap and heap[0] < due:  # queue.due_before, inlined: this loop is the per-tick cost
+            while heap and heap[0] < due:  # queue.due_before, inlined
                 time_ns, rank, _, payload = heappop(heap)  # an Event's fields
                 if rank == ACTION:
                     stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9, payload.checked)
@@ -257,25 +260,31 @@ class NetworkedEnv(gym.Wrapper):
                     record = self._newest_arriving(payload, time_ns)
                 else:
                     record = payload
-                if record is None or record.seq <= gate.last_seq:
+                if record is None or record.seq <= self._last_seq:  # act only on newer observations
                     continue
-                if not policy.offer(time_ns, record):  # still computing: the newest arrival waits
+                if time_ns < policy.busy_until_ns:  # still computing: the newest arrival waits
+                    policy.offer(time_ns, record)
                     continue
-                gate.admit(record.episode, record.seq)
+                policy.waiting = None  # policy.offer's free case, inlined
+                self._last_seq = record.seq
                 self._decision, self._decision_ns = record, time_ns
+                self._reward, self._ticks = reward, ticks
                 return record
             emitted = stepper.tick(next_tick_ns / 1e9)
-            if self.tick_listener is not None:
-                self.tick_listener(emitted)
+            if listener is not None:
+                listener(emitted)
             _, plan_seq, index, _ = emitted.applied  # an AppliedAction
-            if index >= 0 and plan_seq in self._decision_of:  # info['executed']
-                lag = len(self._decision_of) - 1 - self._decision_of[plan_seq]
-                if lag <= self.plan_horizon:
-                    self._executed[lag, index] = 1
-            self._reward += emitted.reward
-            self._ticks += 1
+            if index >= 0:  # info['executed']
+                decision = decision_of.get(plan_seq)
+                if decision is not None:
+                    lag = len(decision_of) - 1 - decision
+                    if lag <= horizon:
+                        self._executed[lag, index] = 1
+            reward += emitted.reward
+            ticks += 1
             if emitted.terminated or emitted.truncated:
                 self._ended = emitted
+                self._reward, self._ticks = reward, ticks
                 return emitted
 
     def _newest_arriving(self, first: ObsRecord, time_ns: int) -> ObsRecord:
@@ -296,18 +305,21 @@ class NetworkedEnv(gym.Wrapper):
             self.actions_lost += 1
         sent = _new(SentPlan, (record.seq, record.episode, plan, checked))
         for arrive_s in arrivals:
-            self._queue.push(round(arrive_s * 1e9) - origin_ns, ACTION, sent)
+            heappush(self._queue.heap, (round(arrive_s * 1e9) - origin_ns, ACTION, next(self._queue.order), sent))
 
     def _info(self, record: ObsRecord, ticks: int | None = None) -> dict:
         """This step's info (``ticks``: the count to report, default this step's); hands over the ``executed``
         matrix and starts a fresh one."""
-        e2e = self._e2e_ms  # a tuple of the new ones: vector envs merge it into an object array
-        new_e2e = tuple(e2e[self._e2e_seen:]) if len(e2e) > self._e2e_seen else ()
-        self._e2e_seen = len(e2e)
+        e2e, seen = self._e2e_ms, self._e2e_seen  # a tuple of the new ones: vector envs merge it into an object array
+        if len(e2e) > seen:
+            new_e2e = tuple(e2e[seen:])
+            self._e2e_seen = len(e2e)
+        else:
+            new_e2e = ()
         executed, self._executed = self._executed, np.zeros(self._executed_shape, np.uint8)
         applied_obs_seq, applied_index = applied_facts(record)
-        return StepInfo(ticks=self._ticks if ticks is None else ticks, e2e_ms=new_e2e, obs_seq=record.seq, applied_obs_seq=applied_obs_seq,
-                        applied_index=applied_index,
+        return StepInfo(ticks=self._ticks if ticks is None else ticks, e2e_ms=new_e2e, obs_seq=record.seq,
+                        applied_obs_seq=applied_obs_seq, applied_index=applied_index,
                         obs_age_ms=(self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
                         obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed)
 

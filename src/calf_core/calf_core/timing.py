@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -245,7 +244,7 @@ class Stepper:
     episode: int = field(init=False, default=-1)
     tick_index: int = field(init=False, default=0)
     done: bool = field(init=False, default=True)
-    _stamps: OrderedDict[int, float] = field(init=False, default_factory=OrderedDict)
+    _stamps: list[float] = field(init=False, default_factory=list)  # stamp of seq s at s % stamp_memory
     _summary: EpisodeSummary | None = field(init=False, default=None)
     _success: bool = field(init=False, default=False)
 
@@ -260,6 +259,7 @@ class Stepper:
         if self.continuous:
             self._bounds = BoxBounds(space.low, space.high)
         self.executor = PlanExecutor(self.spec, space)
+        self._stamps = [0.0] * self.stamp_memory
         self._success_on_truncation = self.spec.success is SuccessRule.TIME_LIMIT
 
     def reset(self, now_s: float, seed: int | None = None) -> ObsRecord:
@@ -268,7 +268,6 @@ class Stepper:
         self.episode += 1
         self.tick_index, self.done, self._success = 0, False, False
         self.executor.reset()
-        self._stamps.clear()
         self._summary = EpisodeSummary(self.episode, 0.0, 0, False, [], 0, 0, 0)
         return self._emit(obs, now_s, 0.0, False, False, None)
 
@@ -285,9 +284,9 @@ class Stepper:
             return Verdict.INVALID
         if episode != self.episode or self.done:
             return Verdict.OTHER_EPISODE
-        stamp = self._stamps.get(obs_seq)
-        if stamp is None:
+        if not self.tick_index - self.stamp_memory < obs_seq <= self.tick_index:  # not emitted, or forgotten
             return Verdict.UNKNOWN_OBSERVATION
+        stamp = self._stamps[obs_seq % self.stamp_memory]
         verdict = self.executor.offer(obs_seq, plan)
         summary = self._summary
         if verdict is not _DUPLICATE and summary is not None:
@@ -333,10 +332,7 @@ class Stepper:
 
     def _emit(self, obs: Any, now_s: float, reward: float, terminated: bool, truncated: bool,
               applied: AppliedAction | None) -> ObsRecord:
-        stamps = self._stamps
-        stamps[self.tick_index] = now_s
-        if len(stamps) > self.stamp_memory:
-            stamps.popitem(last=False)
+        self._stamps[self.tick_index % self.stamp_memory] = now_s  # the last stamp_memory stamps are known
         return _new(ObsRecord, (self.tick_index, self.episode, now_s, np.asarray(obs, dtype=np.float32), reward,
                                 terminated, truncated, applied))
 

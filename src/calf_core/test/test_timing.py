@@ -85,6 +85,20 @@ def test_stepper_measures_e2e_on_env_side_and_rejects_bad_actions() -> None:
     assert stepper.finish().rejected == 1
 
 
+def test_stepper_knows_the_stamps_of_its_last_stamp_memory_observations_only() -> None:
+    """An action answering an observation not yet emitted, or older than the last ``stamp_memory``, is unknown."""
+    stepper = Stepper(TickCounterEnv(length=50), task(), stamp_memory=4)
+    stepper.reset(0.0)
+    for tick in range(1, 7):
+        stepper.tick(tick * 0.02)
+    assert stepper.on_action(-1, 0, [1], 0.13) is Verdict.UNKNOWN_OBSERVATION
+    assert stepper.on_action(2, 0, [1], 0.13) is Verdict.UNKNOWN_OBSERVATION  # 3..6 remembered
+    assert stepper.on_action(7, 0, [1], 0.13) is Verdict.UNKNOWN_OBSERVATION  # not emitted yet
+    assert stepper.on_action(3, 0, [1], 0.13) is Verdict.ACCEPTED
+    assert stepper.on_action(6, 0, [2], 0.135) is Verdict.ACCEPTED
+    assert stepper.e2e_ms == pytest.approx([130.0 - 60.0, 135.0 - 120.0])
+
+
 def test_stepper_episode_ends_and_requires_reset() -> None:
     stepper = Stepper(TickCounterEnv(length=3), task(success=SuccessRule.TIME_LIMIT))
     stepper.reset(0.0)
