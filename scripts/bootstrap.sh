@@ -17,7 +17,11 @@ step() { CURRENT_STEP="$1"; echo "[bootstrap] $(elapsed) $1" >&2; }
 pip_progress() {
   local total; total="$(grep -c '==' "$ROOT/requirements.lock")"
   while sleep 20; do
-    echo "[bootstrap] $(elapsed)   pip: $(grep -c '^Collecting' "$1" 2>/dev/null || true)/$total packages collected" >&2
+    if grep -q '^Installing collected packages' "$1" 2>/dev/null; then
+      echo "[bootstrap] $(elapsed)   pip: installing the collected packages" >&2
+    else
+      echo "[bootstrap] $(elapsed)   pip: $(grep -c -e '^Collecting' -e '^Processing' "$1" 2>/dev/null || true)/$total packages collected" >&2
+    fi
   done
 }
 trap 'echo "[bootstrap] FAILED at step: ${CURRENT_STEP:-start}. See the output above." >&2' ERR
