@@ -95,3 +95,13 @@ def test_profile_schema_shows_the_bounds(capsys: pytest.CaptureFixture[str]) -> 
     assert f'at most {MAX_STAGES} stages' in text and 'compute_ms: number, ms, default 1.0, [0, 60000] ms' in text
     assert main(['profile', 'schema', '--json']) == 0
     assert 'exclusiveMinimum' not in capsys.readouterr().out  # every lower bound is closed
+
+
+def test_a_fifo_as_a_bag_or_in_one_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / 'trace.mcap'
+    os.mkfifo(fifo)
+    bag = tmp_path / 'bag'
+    bag.mkdir()
+    os.mkfifo(bag / 'metadata.yaml')
+    for path in (fifo, bag):
+        assert 'not a regular file' in _refused(['trace', 'info', str(path)], capsys)

@@ -246,6 +246,9 @@ def read_bag(path: str | Path, wanted: Callable[[str], bool] = lambda msgtype: T
         raise TraceError(f'no such bag: {str(path)!r}')
     if path.is_dir() and not (path / 'metadata.yaml').exists() and not recover:
         raise TraceError(f'{str(path)!r} has no metadata.yaml: not a bag, or a recording never closed{_RECOVER_HINT}')
+    for entry in path.iterdir() if path.is_dir() else (path,):
+        if not (entry.is_file() or entry.is_dir()):  # a pipe or device would block the read
+            raise TraceError(f'{str(entry)!r} is not a regular file (a pipe, device or broken link): not a bag')
     try:
         return _salvage(path) if recover else _read_closed(path, wanted)
     except TraceError:
