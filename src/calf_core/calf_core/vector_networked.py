@@ -21,10 +21,10 @@ The links draw their random numbers in blocks from one generator per direction: 
 deterministic run, but not NetworkedEnv's sequence, so the two agree exactly under fixed delays
 and trace replay and in distribution otherwise. As in NetworkedEnv each env's links are one
 continuous process across its episodes (Gilbert-Elliott state, trace position, FIFO order), on a
-link clock that advances by each episode's length plus one tick. Supported models: fixed,
-Gaussian, log-normal, gamma, Pareto and empirical delays, Bernoulli and Gilbert-Elliott loss,
-trace replay, FIFO or reordering per direction; a profile with a stall, drifting delay, bandwidth or duplicate
-stage is refused with a ConfigError naming the model.
+link clock that advances by each episode's length plus one tick. Every link model runs: independent
+delays and losses, Gilbert-Elliott loss and trace replay are batched over the envs in numpy; stall,
+drifting delay, bandwidth and duplicate stages fall back to one scalar stage per env inside the vector
+env (:class:`BatchLink`).
 """
 from __future__ import annotations
 
@@ -38,12 +38,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from calf_core.errors import ConfigError
-from calf_core.link import IndependentStage
-from calf_core.models import MODELS, GilbertElliottLoss, TraceMode, TraceReplay, build_stage
+from calf_core.link import IndependentStage, Packet, SingleCopyStage
+from calf_core.models import GilbertElliottLoss, TraceMode, TraceReplay, build_stage
+from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
 from calf_core.profiles import Profile
 from calf_core.timing import keep_newest
 
-_SUPPORTED = (IndependentStage, GilbertElliottLoss, TraceReplay)
+_STATEFUL = (GilbertElliottLoss, TraceReplay)  # batched with per-env state in arrays
 _EMPTY = np.iinfo(np.int64).max  # a free message slot
 _SEQ_BITS = 16  # a slot's key is arrival_ns << _SEQ_BITS | seq: the earliest first
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
@@ -95,15 +96,25 @@ class CartPoleBatch:
 
 
 class BatchLink:
-    """One direction of a profile's link for ``num_envs`` envs; each call sends one message per env given."""
+    """One direction of a profile's link for ``num_envs`` envs; each call sends one message per env given.
+
+    Stages that can be batched are applied to all messages at once, in numpy: independent delays and
+    losses (one draw per message), Gilbert-Elliott loss and trace replay (per-env state in arrays).
+    Every other stage (stall, drifting delay, bandwidth, duplicate, and a stateful stage behind a
+    duplicate, which may see two copies of one env's message) falls back to one instance per env,
+    applied message by message as a scalar ``Link`` applies it: the same model, its state per env,
+    in a Python loop over the messages that reach it.
+    """
 
     def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int) -> None:
-        self._stages = [build_stage(spec) for spec in specs]
-        for stage in self._stages:
-            if not isinstance(stage, _SUPPORTED):
-                names = ', '.join(name for name, cls in MODELS.items() if issubclass(cls, _SUPPORTED))
-                raise ConfigError(f'the vector fast path does not support model {stage.MODEL!r} (supported: {names})')
-        # per-env state of stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started.
+        self._stages: list[Any] = []  # a batched stage, or a list of one stage per env (the fallback)
+        copies = False  # a duplicate stage came before: stateful stages may see two copies of one message
+        for spec in specs:
+            stage = build_stage(spec)
+            batched = isinstance(stage, IndependentStage) or (isinstance(stage, _STATEFUL) and not copies)
+            self._stages.append(stage if batched else [stage, *(build_stage(spec) for _ in range(num_envs - 1))])
+            copies = copies or not isinstance(stage, SingleCopyStage)
+        # per-env state of batched stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started.
         # It runs on across episodes, as a Link's does.
         self._states = [np.full(num_envs, -1, np.int64) for _ in self._stages]
         self._reorder = reorder
@@ -114,28 +125,35 @@ class BatchLink:
         """Draw from ``rng`` from now on; every env's link state runs on (``Link.reseed``)."""
         self._rng = rng
 
-    def send(self, idx: np.ndarray, send_s: np.ndarray) -> np.ndarray:
-        """Arrival times (integer ns) of messages sent by envs ``idx`` at ``send_s``; -1 where lost."""
-        arrive = send_s.copy()
-        alive = np.ones(len(idx), dtype=bool)
+    def send(self, idx: np.ndarray, send_s: np.ndarray, size_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """Messages of ``size_bytes`` sent by envs ``idx`` at ``send_s``: the copies delivered, as (position in
+        ``idx``, arrival time in integer ns), by position, each message's copies in arrival order. A lost
+        message has no copy; a duplicated one has several."""
+        pos, sent, arrive = np.arange(len(idx)), np.asarray(send_s, np.float64), send_s.copy()
         for stage, state in zip(self._stages, self._states):
-            live = np.flatnonzero(alive)
-            if live.size:
-                lost = self._apply(stage, state, idx[live], live, arrive)
-                alive[live[lost]] = False
-        if not self._reorder:
-            live, envs = np.flatnonzero(alive), idx[alive]
-            arrive[live] = self._last_arrive[envs] = np.maximum(arrive[live], self._last_arrive[envs])
-        return np.where(alive, np.rint(np.minimum(arrive * 1e9, _LATEST_NS)).astype(np.int64), -1)
+            if not pos.size:
+                break
+            if isinstance(stage, list):
+                pos, sent, arrive = _each(stage, idx[pos], pos, sent, arrive, size_bytes, self._rng)
+            else:
+                kept = ~self._apply(stage, state, idx[pos], arrive)
+                pos, sent, arrive = pos[kept], sent[kept], arrive[kept]
+        order = np.lexsort((arrive, pos))
+        pos, arrive = pos[order], arrive[order]
+        if not self._reorder and pos.size:  # FIFO: no copy before a copy of the env's previous message
+            envs = idx[pos]
+            arrive = np.maximum(arrive, self._last_arrive[envs])
+            np.maximum.at(self._last_arrive, envs, arrive)
+        return pos, np.rint(np.minimum(arrive * 1e9, _LATEST_NS)).astype(np.int64)
 
-    def _apply(self, stage: Any, state: np.ndarray, envs: np.ndarray, live: np.ndarray,
-               arrive: np.ndarray) -> np.ndarray:
-        """Apply ``stage`` to the messages at ``live`` (from ``envs``); return which of them it loses."""
-        n, rng = len(live), self._rng
+    def _apply(self, stage: Any, state: np.ndarray, envs: np.ndarray, arrive: np.ndarray) -> np.ndarray:
+        """Apply batched ``stage`` to messages from ``envs`` (distinct unless the stage is independent), adding
+        to ``arrive`` in place; return which of them it loses."""
+        n, rng = len(envs), self._rng
         if isinstance(stage, IndependentStage):
             delay_s = stage.sample(rng, n)
             lost = np.isnan(delay_s)
-            arrive[live] += np.where(lost, 0.0, delay_s)
+            arrive += np.where(lost, 0.0, delay_s)
         elif isinstance(stage, GilbertElliottLoss):  # per-env state, as the scalar stage keeps per link
             bad = state[envs]
             fresh = bad < 0
@@ -153,8 +171,38 @@ class BatchLink:
                 pos[fresh] = 0
             state[envs] = (pos + 1) % len(stage.delays_s)
             lost = np.asarray(stage.lost)[pos]
-            arrive[live] += np.asarray(stage.delays_s)[pos]
+            arrive += np.asarray(stage.delays_s)[pos]
         return lost
+
+
+def _each(stages: list[Any], envs: np.ndarray, pos: np.ndarray, sent: np.ndarray, arrive: np.ndarray,
+          size_bytes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-env fallback: env ``e``'s copy of a stage, ``stages[e]``, applied to each of its messages in
+    turn (at most one message per env and call, plus its copies). Returns the copies that survive."""
+    out_pos: list[int] = []
+    out_sent: list[float] = []
+    out_arrive: list[float] = []
+    for p, env, send_s, arrive_s in zip(pos.tolist(), envs.tolist(), sent.tolist(), arrive.tolist()):
+        stage = stages[env]
+        if isinstance(stage, SingleCopyStage):
+            arrivals = [] if (t := stage.arrival(send_s, arrive_s, size_bytes, rng)) is None else [t]
+        else:
+            arrivals = [copy.arrive_s for copy in stage.apply(Packet(send_s, arrive_s, size_bytes), rng)]
+        for t in arrivals:
+            out_pos.append(p)
+            out_sent.append(send_s)
+            out_arrive.append(t)
+    return np.array(out_pos, np.int64), np.array(out_sent), np.array(out_arrive)
+
+
+def _rounds(pos: np.ndarray) -> list[np.ndarray]:
+    """Of sorted positions ``pos`` (a message's copies side by side), the indices of each message's first copies,
+    then of its second copies, ...: each round names every message at most once."""
+    if not pos.size:
+        return []
+    first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    rank = np.arange(pos.size) - np.repeat(first, np.diff(np.r_[first, pos.size]))
+    return [np.flatnonzero(rank == r) for r in range(int(rank.max()) + 1)]
 
 
 class VectorNetworkedCartPole(VectorEnv):
@@ -180,6 +228,8 @@ class VectorNetworkedCartPole(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._dt_ns = round(CartPoleBatch.TAU * 1e9)
         self._compute_ns = int(round(profile.compute_ms / 1e3 * 1e9))
+        self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * 4  # as NetworkedEnv sizes them: float32 observations
+        self._action_bytes = MESSAGE_OVERHEAD_BYTES + 8 * plan_horizon  # and int64 actions
         self._start_plan = np.asarray(start_plan, dtype=np.int64)
         self._initial_action = initial_action
         self.cartpole = CartPoleBatch(num_envs)
@@ -449,16 +499,16 @@ class VectorNetworkedCartPole(VectorEnv):
 
     def _send_observations(self, idx: np.ndarray, seq: np.ndarray, obs: np.ndarray, applied: np.ndarray) -> None:
         origin = self._origin_ns[idx]
-        arrive_ns = self.uplink.send(idx, (origin + seq * self._dt_ns) / 1e9)
-        lost = arrive_ns < 0
-        arrive_ns = np.minimum(arrive_ns - origin, _NEVER - 1)  # a heavy tail's draw beyond 39 h: never
-        self._obs_lost[idx[lost]] += 1
-        kept = ~lost
-        self._obs_key, slot = _insert(self._obs_key, idx[kept], arrive_ns[kept] << _SEQ_BITS | seq[kept])
-        self._obs_data = _fit(self._obs_data, self._obs_key.shape[1])
-        self._obs_applied = _fit(self._obs_applied, self._obs_key.shape[1])
-        self._obs_data[idx[kept], slot] = obs[kept]
-        self._obs_applied[idx[kept], slot] = applied[kept]
+        pos, arrive_ns = self.uplink.send(idx, (origin + seq * self._dt_ns) / 1e9, self._obs_bytes)
+        self._obs_lost[idx[_lost(pos, len(idx))]] += 1
+        arrive_ns = np.minimum(arrive_ns - origin[pos], _NEVER - 1)  # a heavy tail's draw beyond 39 h: never
+        for copies in _rounds(pos):
+            at = pos[copies]
+            self._obs_key, slot = _insert(self._obs_key, idx[at], arrive_ns[copies] << _SEQ_BITS | seq[at])
+            self._obs_data = _fit(self._obs_data, self._obs_key.shape[1])
+            self._obs_applied = _fit(self._obs_applied, self._obs_key.shape[1])
+            self._obs_data[idx[at], slot] = obs[at]
+            self._obs_applied[idx[at], slot] = applied[at]
 
     def _send_actions(self, idx: np.ndarray, plans: np.ndarray) -> None:
         decision = self._decisions[idx]
@@ -466,17 +516,24 @@ class VectorNetworkedCartPole(VectorEnv):
         send_ns = self._decision_ns[idx] + self._compute_ns
         self._busy_until[idx] = send_ns
         origin = self._origin_ns[idx]
-        arrive_ns = self.downlink.send(idx, (origin + send_ns) / 1e9)
-        lost = arrive_ns < 0
-        arrive_ns = np.minimum(arrive_ns - origin, _NEVER - 1)
-        self._actions_lost[idx[lost]] += 1
-        kept = ~lost
-        idx = idx[kept]
-        self._act_key, slot = _insert(self._act_key, idx, arrive_ns[kept] << _SEQ_BITS | self._decision_seq[idx])
-        self._act_plan = _fit(self._act_plan, self._act_key.shape[1])
-        self._act_decision = _fit(self._act_decision, self._act_key.shape[1])
-        self._act_plan[idx, slot] = plans[kept]
-        self._act_decision[idx, slot] = decision[kept]
+        pos, arrive_ns = self.downlink.send(idx, (origin + send_ns) / 1e9, self._action_bytes)
+        self._actions_lost[idx[_lost(pos, len(idx))]] += 1
+        arrive_ns = np.minimum(arrive_ns - origin[pos], _NEVER - 1)
+        for copies in _rounds(pos):
+            at = pos[copies]
+            envs = idx[at]
+            self._act_key, slot = _insert(self._act_key, envs, arrive_ns[copies] << _SEQ_BITS | self._decision_seq[envs])
+            self._act_plan = _fit(self._act_plan, self._act_key.shape[1])
+            self._act_decision = _fit(self._act_decision, self._act_key.shape[1])
+            self._act_plan[envs, slot] = plans[at]
+            self._act_decision[envs, slot] = decision[at]
+
+
+def _lost(pos: np.ndarray, n: int) -> np.ndarray:
+    """Which of ``n`` messages have no copy among the delivered positions ``pos``."""
+    lost = np.ones(n, bool)
+    lost[pos] = False
+    return lost
 
 
 def _insert(keys: np.ndarray, idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
