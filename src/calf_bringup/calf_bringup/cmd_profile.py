@@ -10,6 +10,7 @@ import numpy as np
 from calf_bringup.cli_args import count, number
 from calf_core.profile_schema import STAGES, check_stage, json_schema, schema_text
 from calf_core.profiles import E2EStats, Latency, Profile, available_profiles, load_profile, sample_e2e
+from calf_core.task_spec import MAX_DT_S, MIN_DT_S
 
 E2E_DEFINITIONS = {
     'all_messages': 'every observation answered by an action compute_ms after it arrives: '
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument('name', help=f'profile name ({", ".join(available_profiles())}) or YAML path')
     show.add_argument('--samples', type=count(1, 10_000_000), default=100_000, help='round trips to sample')
     show.add_argument('--seed', type=int, default=0)
-    show.add_argument('--dt', type=number(0, 60, low_open=True), default=0.02, help='spacing of observations (seconds)')
+    show.add_argument('--dt', type=number(MIN_DT_S, MAX_DT_S), default=0.02, help='spacing of observations (seconds)')
     show.add_argument('--json', action='store_true', help='machine-readable output')
     show.set_defaults(func=run)
     verbs.add_parser('list', help='list the bundled profiles').set_defaults(

@@ -21,7 +21,9 @@ from calf_core.bags import (
     recover_bag,
     write_trace_bag,
 )
+from calf_core.profile_schema import MAX_DELAY_MS, MAX_PERIOD_MS, MIN_EVENT_MS
 from calf_core.profiles import load_profile
+from calf_core.task_spec import MAX_DT_S, MIN_DT_S
 from calf_core.traces import (
     STALL_MS,
     fit_profile_dict,
@@ -41,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     synth = verbs.add_parser('synth', help='write a synthetic trace of a profile')
     synth.add_argument('--profile', required=True, help='profile name or YAML path')
-    synth.add_argument('--duration', type=number(0, MAX_SECONDS, low_open=True), default=60.0, help='seconds of traffic')
-    synth.add_argument('--dt', type=number(0, 60, low_open=True), default=0.02, help='observation period (seconds)')
+    synth.add_argument('--duration', type=number(0.001, MAX_SECONDS), default=60.0, help='seconds of traffic')
+    synth.add_argument('--dt', type=number(MIN_DT_S, MAX_DT_S), default=0.02, help='observation period (seconds)')
     synth.add_argument('--seed', type=int, default=0)
     _output(synth)
     synth.set_defaults(func=run_synth)
@@ -51,15 +53,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     info.add_argument('bag', type=Path)
     info.add_argument('--plot', type=Path, metavar='PNG', help='also plot latency over time and its CDF (into an '
                                                                'existing directory)')
-    info.add_argument('--stall-ms', type=float, default=STALL_MS, help='delivery gap that counts as a stall')
+    info.add_argument('--stall-ms', type=number(MIN_EVENT_MS, MAX_PERIOD_MS), default=STALL_MS,
+                      help='delivery gap that counts as a stall')
     info.add_argument('--json', action='store_true', help='print one JSON object')
     info.set_defaults(func=run_info)
 
     record = verbs.add_parser('record', help='record the running graph (runs the trace_recorder node)')
     record.add_argument('--duration', type=number(0, MAX_SECONDS), default=0.0, help='seconds; 0 records until Ctrl-C')
     record.add_argument('--raw', action='store_true', help='also record the raw Observation and Action topics')
-    record.add_argument('--loss-timeout', type=float, default=2.0, help='seconds before a message counts lost')
-    record.add_argument('--flush-period', type=float, default=1.0, help='seconds between bag flushes')
+    record.add_argument('--loss-timeout', type=number(0.001, 3600), default=2.0,
+                        help='seconds before a message counts lost')
+    record.add_argument('--flush-period', type=number(0.01, 3600), default=1.0, help='seconds between bag flushes')
     record.add_argument('--namespace', default='/calf', help='namespace of the edge/* and desktop/* topics')
     _output(record)
     record.set_defaults(func=run_record)
@@ -72,8 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                             'else the only one)')
     imp.add_argument('--sent-action-topic', help='Action topic logged on the policy side, to count lost actions '
                                                  'exactly (default: */desktop/action if present)')
-    imp.add_argument('--min-delay-ms', type=float, help='stamps and log times are different clocks: align each '
-                                                        'direction so its fastest message took this long')
+    imp.add_argument('--min-delay-ms', type=number(0, MAX_DELAY_MS),
+                     help='stamps and log times are different clocks: align each direction so its fastest message '
+                          'took this long')
     _output(imp)
     imp.set_defaults(func=run_import)
 

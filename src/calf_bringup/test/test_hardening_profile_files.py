@@ -105,3 +105,20 @@ def test_a_fifo_as_a_bag_or_in_one_is_refused_at_once(tmp_path: Path, capsys: py
     os.mkfifo(bag / 'metadata.yaml')
     for path in (fifo, bag):
         assert 'not a regular file' in _refused(['trace', 'info', str(path)], capsys)
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['trace', 'info', 'bag', '--stall-ms', '1e308'], 'argument --stall-ms: must be in [1, 3.6e+06]'),
+    (['trace', 'info', 'bag', '--stall-ms', '1e-300'], 'argument --stall-ms: must be in [1, 3.6e+06]'),
+    (['trace', 'import', 'bag', '--out', 'x', '--min-delay-ms', '-1'], 'argument --min-delay-ms'),
+    (['trace', 'record', '--out', 'x', '--loss-timeout', '1e-300'], 'argument --loss-timeout'),
+    (['trace', 'record', '--out', 'x', '--flush-period', 'inf'], 'argument --flush-period'),
+    (['trace', 'synth', '--profile', 'wifi_normal', '--out', 'x', '--dt', '1e-300'], 'argument --dt: must be in [0.0001'),
+    (['profile', 'show', 'wifi_normal', '--dt', '1e-300'], 'argument --dt: must be in [0.0001, 60]'),
+])
+def test_trace_and_profile_times_have_closed_bounds(argv: list[str], message: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count('\n') == 1 and message in err, err
