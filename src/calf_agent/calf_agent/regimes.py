@@ -104,8 +104,8 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
     """A factory of ``n`` networked envs with independent link seeds, as the trainer expects.
 
     ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task). CartPole
-    itself can run on the many-env fast path, ``VectorHistoryWrapper(VectorNetworkedCartPole)``, when
-    the profile's link models are ones it supports: always with ``fast=True``, from
+    itself can run on the many-env fast path, ``VectorHistoryWrapper(VectorNetworkedCartPole)``, under
+    any profile: always with ``fast=True``, from
     ``FAST_PATH_MIN_ENVS`` envs with ``fast=None``, never with ``fast=False``. Otherwise the envs are a
     ``SyncVectorEnv`` of ``HistoryWrapper(NetworkedEnv)``. Either way the trainer's reset seed makes
     the run deterministic.
@@ -130,14 +130,9 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
 
 
 def fast_path_supported(env: str, profile: Profile) -> bool:
-    """Whether ``VectorNetworkedCartPole`` can run ``env`` behind ``profile`` (CartPole, supported models)."""
-    if env_spec(env).name != 'cartpole':
-        return False
-    try:
-        VectorNetworkedCartPole(1, profile)
-    except ConfigError:
-        return False
-    return True
+    """Whether ``VectorNetworkedCartPole`` can run ``env`` behind ``profile``: CartPole, under any profile (link
+    stages it cannot batch fall back to one scalar stage per env inside it)."""
+    return env_spec(env).name == 'cartpole'
 
 
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
@@ -149,7 +144,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     Continuous-action envs train a Gaussian policy with ``continuous_defaults()`` under PPO, a SAC actor with
     ``sac_defaults()`` under SAC; either way with the representation ``rep`` (default: the regime's).
     ``num_envs`` (default: the env's PPO default, 8 for CartPole) envs collect each rollout; from
-    ``FAST_PATH_MIN_ENVS`` on, CartPole runs on the fast path when the profile allows it.
+    ``FAST_PATH_MIN_ENVS`` on, CartPole runs on the fast path.
 
     Plan policies (``plan_horizon > 1``) learn only from executed plan elements unless
     ``mask_unexecuted`` is False; an MLP plan actor is ``plan_head`` ('time': π(a | obs, j),

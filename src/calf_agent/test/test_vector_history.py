@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from calf_agent.regimes import FAST_PATH_MIN_ENVS, fast_path_supported, vec_env_factory
-from calf_agent.representation import HistoryFeatures, HistoryWrapper, Representation, VectorHistoryWrapper
+from calf_agent.representation import HistoryFeatures, Representation, VectorHistoryWrapper
 from calf_agent.trainer import _executed
 from calf_core.profiles import Profile, load_profile, profile_from_dict
 from calf_core.vector_networked import VectorNetworkedCartPole
@@ -88,10 +88,10 @@ def test_fast_path_features_equal_the_sync_vector_env_path_under_fixed_delays() 
     sync.close()
 
 
-def test_factory_picks_the_fast_path_for_many_cartpoles_behind_supported_profiles() -> None:
+def test_factory_picks_the_fast_path_for_many_cartpoles_behind_any_profile() -> None:
     rep, profile = Representation(frames=2, actions=1), load_profile('full_net_aware')
     assert fast_path_supported('cartpole', profile)
-    assert not fast_path_supported('cartpole', load_profile('wifi_degraded'))  # stall stages
+    assert fast_path_supported('cartpole', load_profile('wifi_degraded'))  # its stalls fall back per env
     assert not fast_path_supported('minigrid', profile)
     auto = vec_env_factory('cartpole', profile, rep, seed=0)
     envs = auto(FAST_PATH_MIN_ENVS)
@@ -99,8 +99,8 @@ def test_factory_picks_the_fast_path_for_many_cartpoles_behind_supported_profile
     assert isinstance(auto(FAST_PATH_MIN_ENVS - 1), gym.vector.SyncVectorEnv)  # fewer envs: the faster path
     assert isinstance(vec_env_factory('cartpole', profile, rep, seed=0, fast=True)(2), VectorHistoryWrapper)
     assert isinstance(vec_env_factory('cartpole', profile, rep, seed=0, fast=False)(64), gym.vector.SyncVectorEnv)
-    fallback = vec_env_factory('cartpole', load_profile('wifi_degraded'), rep, seed=0, fast=True)(2)
-    assert isinstance(fallback, gym.vector.SyncVectorEnv) and isinstance(fallback.envs[0], HistoryWrapper)
+    stalls = vec_env_factory('cartpole', load_profile('wifi_degraded'), rep, seed=0, fast=True)(2)
+    assert isinstance(stalls, VectorHistoryWrapper) and isinstance(stalls.env, VectorNetworkedCartPole)
     inner = vec_env_factory('cartpole', profile, rep, seed=0, fast=True, make_inner=lambda: gym.make('CartPole-v1'))
     assert isinstance(inner(2), gym.vector.SyncVectorEnv)
 
