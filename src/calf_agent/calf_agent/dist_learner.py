@@ -15,7 +15,8 @@ reduced policy strays from the full one by more than ``kl_bound`` on the last ba
 At most one batch per worker waits: a newer one replaces it (``batches_superseded``, the wasted
 fraction), so that a learner slower than its workers trains on fresh data; a worker whose batch was
 superseded is told to pause while a batch of it waits (``Control``), and one more batch of it, already
-in flight, may wait too. Every ``eval_every`` env steps it writes the checkpoint (``calf eval`` reads
+in flight, may wait too; from then on it is paced: it pauses itself after each batch, and is told to go
+on once no batch of it waits. Every ``eval_every`` env steps it writes the checkpoint (``calf eval`` reads
 it unchanged), the optimiser state (``optimizer.safetensors``) and evaluates the policy
 deterministically in virtual time under the training network (``eval.csv``). ``resume`` continues
 from a checkpoint's weights, optimiser state, version and step count, so workers follow a restarted
@@ -259,6 +260,8 @@ class Learner:
             self.superseded += 1
             self.superseded_steps += waiting[0].env_steps
             sync.pause_wanted = self.cfg.flow_control
+        if sync.paced:
+            sync.paused = True  # a paced worker paused itself after this batch
         self.accepted_steps += message.env_steps
         if len(self.queue) >= self.cfg.backlog:
             dropped = self.queue.popleft()
@@ -330,6 +333,7 @@ class Learner:
             pause = sync.pause_wanted and worker_id in waiting
             if pause != sync.paused:
                 sync.paused = pause
+                sync.paced = sync.paced or pause
                 self.controls += 1
                 frame = self.control_sealer.encode(Control(worker_id, self.run, pause))
                 self._message_id += 1

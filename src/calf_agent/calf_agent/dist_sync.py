@@ -71,7 +71,8 @@ class WorkerSync:
     hello_at_s: float = -math.inf  # when a hello of this worker last asked for weights
     held: dict[str, Tensor] | None = None  # the state last sent, as the worker holds it (None: send a snapshot)
     pause_wanted: bool = False  # a batch of it was superseded: it pauses while one waits
-    paused: bool = False  # told to pause
+    paced: bool = False  # told to pause once: it pauses itself after each batch
+    paused: bool = False  # told to pause, or paused itself after a batch
 
     def on_batch(self, batch: TrajectoryBatch) -> None:
         """A batch collected with ``batch.version`` arrived: its logged distribution is the new reference."""

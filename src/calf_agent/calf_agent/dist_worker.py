@@ -11,7 +11,8 @@ refused (``stale_base``, ``checksum``) and the next hello asks for a snapshot. `
 bootstrapping of truncated episodes as the task's PPO settings say, executed plan elements tracked)
 and returns them as a ``TrajectoryBatch`` logging the behaviour distribution, for the learner's lag
 correction and drift measurement. While the learner says pause, ``may_collect`` is false (for at most
-``pause_timeout_s``, in case the learner is gone).
+``pause_timeout_s``, in case the learner is gone); once paused, the worker is paced: after each batch it
+pauses itself until the learner lets it go on (the learner knows, and does so once that batch is taken).
 """
 from __future__ import annotations
 
@@ -93,6 +94,7 @@ class RolloutWorker:
         self.learner_run = 0
         self.needs_snapshot = False  # a delta could not be applied: the next hello asks for a snapshot
         self.paused_at_s: float | None = None  # when the learner said pause (None: not paused)
+        self.paced = False  # told to pause once: pauses itself after each batch
         self.pause_timeout_s = pause_timeout_s
         self.env_config: dict[str, Any] | None = None
         self.envs: gym.vector.VectorEnv | None = None
@@ -129,6 +131,7 @@ class RolloutWorker:
             if isinstance(message, Control):
                 if message.learner_run == self.learner_run:
                     self.paused_at_s = now_s if message.pause else None
+                    self.paced = self.paced or message.pause
                 return False
             return self.apply(message)
         except Refused as err:
@@ -140,9 +143,12 @@ class RolloutWorker:
         version = -1 if self.needs_snapshot else self.version
         return self._outgoing(Kind.HELLO, self.sealer.encode(Hello(self.worker_id, self.learner_run, version)))
 
-    def next_batch(self, num_steps: int) -> list[Chunk]:
-        """Collect one batch and return it as chunks to publish."""
-        return self._outgoing(Kind.BATCH, self.sealer.encode(self.collect(num_steps)))
+    def next_batch(self, num_steps: int, now_s: float = 0.0) -> list[Chunk]:
+        """Collect one batch and return it as chunks to publish; a paced worker pauses after it (at ``now_s``)."""
+        chunks = self._outgoing(Kind.BATCH, self.sealer.encode(self.collect(num_steps)))
+        if self.paced:
+            self.paused_at_s = now_s
+        return chunks
 
     def _outgoing(self, kind: Kind, frame: bytes) -> list[Chunk]:
         self._message_id += 1

@@ -94,7 +94,7 @@ class WorkerNode(Node):
             self._publish(self.worker.hello())
         if not self.worker.may_collect(now):
             return
-        self._publish(self.worker.next_batch(int(self.worker.env_config['num_steps'])))
+        self._publish(self.worker.next_batch(int(self.worker.env_config['num_steps']), time.monotonic()))
 
     def _publish(self, chunks: list[Chunk]) -> None:
         for chunk in chunks:

@@ -199,7 +199,14 @@ def test_flow_control_pauses_a_worker_instead_of_superseding_its_batches(tmp_pat
         for out in learner.step():
             worker.receive(out.chunk, 1.2)
     assert not learner.queue and not learner.workers['w0'].paused and worker.may_collect(1.2)
-    assert learner.summary()['wasted_fraction'] == pytest.approx(1 / 4)  # 4 batches of w0 arrived, 1 superseded
+    assert worker.paced and learner.workers['w0'].paced
+    for chunk in worker.next_batch(16, now_s=1.5):  # paced: one batch, then it waits for the learner's word
+        learner.receive(chunk, 1.5)
+    assert not worker.may_collect(1.5)
+    for out in learner.step():  # the batch is taken: go on
+        worker.receive(out.chunk, 1.6)
+    assert worker.may_collect(1.6) and learner.superseded == 1
+    assert learner.summary()['wasted_fraction'] == pytest.approx(1 / 5)  # 5 batches of w0 arrived, 1 superseded
     worker.paused_at_s = 2.0  # a pause whose learner went quiet ends after pause_timeout_s
     assert not worker.may_collect(2.0 + worker.pause_timeout_s) and worker.may_collect(2.1 + worker.pause_timeout_s)
 
