@@ -103,13 +103,14 @@ def _read_text(path: Path, what: str, max_bytes: int) -> str:
         raise ConfigError(f'cannot read {what} {str(path)!r}: {err.strerror or type(err).__name__}') from None
     try:
         with os.fdopen(fd, 'rb') as stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 raise ConfigError(f'cannot read {what} {str(path)!r}: not a regular file (a directory, pipe or '
                                   f'device): give a file')
-            data = stream.read(max_bytes + 1)
+            data = b'' if info.st_size > max_bytes else stream.read(max_bytes + 1)  # the size, then the bytes
     except OSError as err:
         raise ConfigError(f'cannot read {what} {str(path)!r}: {err.strerror or type(err).__name__}') from None
-    if len(data) > max_bytes:
+    if info.st_size > max_bytes or len(data) > max_bytes:
         raise ConfigError(f'{what} {str(path)!r} is larger than {max_bytes} bytes: not a {what}, or split it')
     try:
         return data.decode('utf-8')
