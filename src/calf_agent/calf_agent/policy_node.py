@@ -90,7 +90,7 @@ class PolicyNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # more threads do not speed up a small policy; they spin on cores other nodes need
-    return run_node('policy_node', PolicyNode, args)
+    return run_node('policy_node', PolicyNode, args, realtime=True)
 
 
 if __name__ == '__main__':
