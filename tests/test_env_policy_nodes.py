@@ -5,6 +5,7 @@ plumbing, not about learning. Every run uses time_scale 4 (a CartPole tick every
 """
 from __future__ import annotations
 
+import json
 import math
 import signal
 import subprocess
@@ -168,22 +169,32 @@ def test_start_gate_opens_on_the_first_action_and_times_out() -> None:
     assert StartGate(enabled=False).open and not StartGate(enabled=True).expired(1e9)  # 0: no timeout
 
 
-def test_no_episode_counts_before_a_policy_answers(graph: Graph) -> None:
+def test_no_episode_counts_before_a_policy_answers_and_acts(graph: Graph, checkpoint: Path, tmp_path: Path) -> None:
     """Warm-up episodes (CartPole holding its initial action falls within a few dozen ticks) publish no
-    EpisodeResult; the first action opens the count, which starts with a fresh episode seeded by ``seed``."""
+    EpisodeResult; the first action opens the count, which starts with a fresh episode seeded by ``seed``.
+    A policy heard once but silent through that episode: it ends without an action applied and is not
+    counted; episode 0 starts again with the same seed until a policy acts in it. The count's results
+    are also appended to ``results_file`` (what ``calf eval --backend ros`` reads)."""
     probe = graph.add(Probe(graph.context, 'g', observe=True))
-    env = env_node(graph, 'g', episodes=1, seed=5)
+    results_file = tmp_path / 'results.jsonl'
+    env = env_node(graph, 'g', episodes=1, seed=5, time_scale=1.0, results_file=str(results_file))
     assert graph.until(lambda: len({o.episode for o in probe.observations}) >= 3)
     assert not probe.results and not env.gate.open and env.episodes_done == 0
     assert graph.until(lambda: linked(probe.action_pub, env))
-    warmup = probe.observations[-1].episode
-    probe.action_pub.publish(Action(episode=warmup, obs_seq=probe.observations[-1].seq, discrete=1))
-    assert graph.until(lambda: env.finished.is_set() and probe.results)
+    warmup = probe.observations[-1]
+    probe.action_pub.publish(Action(episode=warmup.episode, obs_seq=warmup.seq, discrete=1))
+    seeded = pytest.approx(make_env('cartpole').reset(seed=5)[0].tolist())
+    starts = lambda: [o.episode for o in probe.observations if o.seq == 0 and list(o.data) == seeded]  # noqa: E731
+    assert graph.until(lambda: len(starts()) >= 2), 'episode 0 of the count was not started again'
+    assert not probe.results and env.episodes_done == 0 and starts()[0] > warmup.episode
+    policy_node(graph, 'g', checkpoint)
+    assert graph.until(lambda: env.finished.is_set() and probe.results, timeout_s=60.0)
     (result,) = probe.results
-    assert (result.seq, env.error) == (0, None) and result.episode > warmup
-    first = next(o for o in probe.observations if o.episode == result.episode)
-    seeded = make_env('cartpole').reset(seed=5)[0]
-    assert first.seq == 0 and list(first.data) == pytest.approx(seeded.tolist())
+    assert (result.seq, env.error) == (0, None) and result.actions_applied > 0 and result.episode in starts()[1:]
+    lines = [json.loads(line) for line in results_file.read_text().splitlines()]
+    assert lines[0] == {'counting': True} and lines[-1]['seq'] == 0
+    assert (lines[-1]['episode'], lines[-1]['episode_return'], lines[-1]['actions_applied']) == \
+        (result.episode, result.episode_return, result.actions_applied)
 
 
 def test_env_without_a_policy_exits_after_policy_timeout_s(graph: Graph) -> None:

@@ -27,6 +27,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'qos_durability': (STREAM.durability, 'QoS durability of observation/action: volatile or transient_local'),
     'qos_depth': (STREAM.depth, 'QoS history depth of observation/action'),
     'stats_period_s': (1.0, 'period of LinkStats on link_stats (seconds)'),
+    'results_file': ('', 'append each counted episode\'s result to this file as a JSON line, as on episode_result, '
+                         'and {"counting": true} when the count starts; empty: no file'),
     'start_plan': ('', 'actions cycled until the first plan of an episode arrives, e.g. [0, 1]; '
                        'empty: the task spec\'s start plan, else hold the initial action'),
 }
@@ -46,6 +48,7 @@ class EnvNodeConfig:
     qos: QosConfig
     stats_period_s: float
     start_plan: tuple[Action, ...] | None = None  # None: the task spec's
+    results_file: str = ''
 
     @property
     def tick_s(self) -> float:

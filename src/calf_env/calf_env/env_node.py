@@ -15,12 +15,13 @@ Subclasses change the observation and action messages by overriding ``_open_topi
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
@@ -30,7 +31,7 @@ from rclpy.node import Node
 from rclpy.subscription import MessageInfo
 
 from calf_core.envs import make_stepper
-from calf_core.errors import MessageError
+from calf_core.errors import ConfigError, MessageError
 from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
@@ -53,7 +54,7 @@ class EnvNode(Node):
         self.verdicts: Counter[Verdict] = Counter()
         self.actions_received = self.rejected = 0
         self.losses = MiddlewareLosses()  # actions lost before the action callback (LinkStats.dropped_middleware)
-        self.episodes_done = self.missed_ticks = 0
+        self.episodes_done = self.missed_ticks = self.ticks = 0
         self.gate = StartGate(cfg.wait_for_policy, cfg.policy_timeout_s)
         self._counting = False  # the current episode is one of the count (it started after the gate opened)
         self._lock, self._stop = threading.Lock(), threading.Event()
@@ -61,6 +62,7 @@ class EnvNode(Node):
         self._stats_seq = itertools.count()
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._t0_ns = self._clock.now().nanoseconds
+        self._results_file = self._open_results_file(cfg.results_file)
         self._open_topics()
         self._result_pub = self.create_publisher(EpisodeResult, 'episode_result', RESULTS)
         self._stats_pub = self.create_publisher(LinkStats, 'link_stats', RESULTS)
@@ -70,6 +72,19 @@ class EnvNode(Node):
             f'{cfg.tick_s * 1e3:g} ms; {cfg.episodes or "unlimited"} episodes, seed {cfg.seed}')
         self._thread = threading.Thread(target=self._run, name='env-ticks', daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _open_results_file(path: str) -> TextIO | None:
+        """The file each counted episode's result is appended to as a JSON line (None: no file)."""
+        try:
+            return open(path, 'a', encoding='utf-8') if path else None  # noqa: SIM115 (closed in destroy_node)
+        except OSError as err:
+            raise ConfigError(f'results_file {path!r} cannot be written: {err.strerror}') from None
+
+    def _write_result(self, line: dict[str, Any]) -> None:
+        if self._results_file is not None:
+            self._results_file.write(json.dumps(line) + '\n')
+            self._results_file.flush()
 
     def _open_topics(self) -> None:
         """The observation publisher ``_obs_pub`` and the action subscription ``_action_sub``."""
@@ -108,6 +123,7 @@ class EnvNode(Node):
     def _tick(self) -> bool:
         """Reset or step, publish; return False once the last episode has ended (or no policy came)."""
         ns, now = self._now()
+        self.ticks += 1
         with self._lock:
             if self.gate.expired(now):
                 self.error = (f'no action arrived on {self._action_topic()} within {self.config.policy_timeout_s:g} s: '
@@ -122,8 +138,16 @@ class EnvNode(Node):
             summary = self.stepper.finish() if self.stepper.done else None
         if first and self.config.wait_for_policy:
             self.get_logger().info(f'policy heard after {self.gate.waited_s:.1f} s: episode 0 of the count starts')
+            self._write_result({'counting': True})
         self._publish_observation(record, ns)
-        return summary is None or not self._counting or self._end_episode(summary, ns)
+        if summary is None or not self._counting:
+            return True
+        if summary.actions_applied == 0 and self.episodes_done == 0 and self.config.wait_for_policy:
+            self._counting = False  # the policy was heard but no action of its arrived in time: not counted
+            self.get_logger().info(f'episode 0 ended after {summary.length} ticks without an action applied: '
+                                   f'not counted, it starts again')
+            return True
+        return self._end_episode(summary, ns)
 
     def _action_topic(self) -> str:
         return self._action_sub.topic_name
@@ -137,10 +161,16 @@ class EnvNode(Node):
 
     def _end_episode(self, summary: EpisodeSummary, ns: int) -> bool:
         self._result_pub.publish(summary_to_msg(summary, self.episodes_done, ns))
+        self._write_result({'seq': self.episodes_done, 'episode': int(summary.episode),
+                            'episode_return': float(summary.episode_return), 'length': int(summary.length),
+                            'success': bool(summary.success), 'actions_applied': int(summary.actions_applied),
+                            'ticks_held': int(summary.ticks_held),
+                            'e2e_samples_ms': [float(x) for x in summary.e2e_ms]})
         self.episodes_done += 1
         self.get_logger().info(
             f'episode {self.episodes_done - 1}: return {summary.episode_return:g}, length {summary.length}, '
-            f'e2e p50 {summary.e2e_percentile(50):.1f} ms, held {summary.ticks_held}')
+            f'e2e p50 {summary.e2e_percentile(50):.1f} ms, held {summary.ticks_held}, '
+            f'{self.missed_ticks} of {self.ticks + self.missed_ticks} tick deadlines missed')
         if self.config.episodes == 0 or self.episodes_done < self.config.episodes:
             return True
         self._publish_stats()
@@ -192,12 +222,14 @@ class EnvNode(Node):
     def destroy_node(self) -> None:
         self._stop.set()
         self._thread.join()
+        if self._results_file is not None:
+            self._results_file.close()
         super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> int:
     return run_node('env_node', EnvNode, args, finished=lambda node: node.finished.is_set(),
-                    error=lambda node: node.error)
+                    error=lambda node: node.error, realtime=True)
 
 
 if __name__ == '__main__':
