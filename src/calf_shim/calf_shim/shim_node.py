@@ -142,7 +142,7 @@ def main(args: list[str] | None = None) -> int:
         request_realtime(node, threading.get_native_id(), 'executor')
         return node
 
-    return run_node('shim_node', make, args)
+    return run_node('shim_node', make, args, realtime=True)
 
 
 if __name__ == '__main__':
