@@ -18,7 +18,7 @@ from ros_helpers import PrivateNode, new_context, shut_down, spin_until
 
 from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg
 from calf_agent.dist_key import create_key, read_key_file
-from calf_agent.dist_wire import Kind, Sealer, WeightsMessage, split
+from calf_agent.dist_wire import Kind, Sealer, WeightsMessage, snapshot, split
 from calf_agent.dist_worker import RolloutWorker
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.policies import MlpAgent
@@ -71,6 +71,24 @@ def test_learner_and_two_workers_train_and_the_checkpoint_evaluates(tmp_path):
     assert {row['worker'] for row in _updates(out)} == {'w0', 'w1'}
     report = evaluate_sim(out, load_profile('sim_clean'), episodes=3, seed=0)  # what calf eval runs
     assert report['episodes'] == 3 and report['mean_return'] >= 8
+
+
+@pytest.mark.slow
+def test_a_box_env_trains_with_two_workers_on_weight_deltas(tmp_path):
+    out = tmp_path / 'run'
+    key = create_key(tmp_path / 'dist.key')
+    params = {**_params(out, 4096, eval_every=4096, eval_episodes=2), 'env': 'Pendulum-v1', 'num_steps': 256}
+    specs = training_graph(params, workers=2, envs=2, seed=0, learner_network=None, out_dir=out, key_file=str(key))
+    with Graph(specs, output=None) as graph:
+        assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
+    summary = json.loads((out / 'distributed.json').read_text())
+    assert summary['env_steps'] >= 4096 and summary['workers'] == ['w0', 'w1'] and not summary['refused']
+    assert summary['weights_messages']['snapshots'] >= 2 and summary['weights_messages']['deltas'] >= 1
+    assert 0 <= summary['wasted_fraction'] < 1 and (out / 'optimizer.safetensors').is_file()
+    meta = json.loads((out / 'meta.json').read_text())
+    assert meta['agent']['kind'] == 'gaussian'
+    report = evaluate_sim(out, load_profile('sim_clean'), episodes=2, seed=0)  # what calf eval runs
+    assert report['episodes'] == 2 and report['mean_return'] < 0  # Pendulum's returns are negative
 
 
 @pytest.mark.slow
@@ -170,7 +188,7 @@ def _weights(target: str) -> WeightsMessage:
     agent = MlpAgent(4, 2)
     config = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
               'representation': {'frames': 1, 'actions': 0, 'obs_age': False}, 'plan_horizon': 1, 'num_steps': 8}
-    return WeightsMessage(0, 1, target, agent.spec(), config, agent.state_dict())
+    return snapshot(agent, 0, 1, target, config)
 
 
 @pytest.mark.slow
