@@ -30,7 +30,7 @@ docs: bootstrap
 	    2>&1 | grep -v "^WARNING: Location 'file:" >&2 || true; \
 	  .venv/bin/python -m mkdocs --version >/dev/null && mkdir -p .venv/.calf-stamps && echo "$(DOCS_HASH)" > .venv/.calf-stamps/docs; \
 	fi
-	@. ./env.sh && python -m mkdocs build --strict --quiet
+	@. ./env.sh && NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --quiet
 	@echo "[docs] the manual is in build/site (open build/site/index.html)"
 
 # ros2 launch on a machine without ROS: install the launch bundle (wheels of launch, launch_ros, ros2launch,
