@@ -116,8 +116,8 @@ class NetworkedEnv(gym.Wrapper):
         self.dt, self.plan_horizon = task.dt, plan_horizon
         self._dt_ns, self._compute_ns = _to_ns(task.dt), _to_ns(compute_ms / 1e3)
         self.stepper = Stepper(env, task)
-        self.observation_space = _float32_space(env.observation_space)
-        self.action_space = _plan_space(env.action_space, plan_horizon)
+        self.observation_space = float32_space(env.observation_space)
+        self.action_space = plan_space(env.action_space, plan_horizon)
         self._continuous = self.stepper.continuous
         if self._continuous:
             self._plan_shape = (plan_horizon, *env.action_space.shape)
@@ -324,7 +324,7 @@ class NetworkedEnv(gym.Wrapper):
                         obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed)
 
 
-def _plan_space(space: gym.Space, plan_horizon: int) -> gym.Space:
+def plan_space(space: gym.Space, plan_horizon: int) -> gym.Space:
     """The agent's action space: one action of ``space``, or a plan of ``plan_horizon`` of them."""
     if isinstance(space, gym.spaces.Discrete):
         n = int(space.n)
@@ -337,7 +337,7 @@ def _plan_space(space: gym.Space, plan_horizon: int) -> gym.Space:
     raise ValueError(f'NetworkedEnv needs a Discrete or Box action space, got {space}')
 
 
-def _float32_space(space: gym.Space) -> gym.Space:
+def float32_space(space: gym.Space) -> gym.Space:
     """``space`` as the float32 observations the stepper emits (a Box of another dtype is recast)."""
     if isinstance(space, gym.spaces.Box) and space.dtype != np.float32:
         return gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)

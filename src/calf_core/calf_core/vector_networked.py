@@ -40,9 +40,10 @@ from gymnasium.vector.utils import batch_space
 from calf_core.errors import ConfigError
 from calf_core.link import IndependentStage, Packet, SingleCopyStage
 from calf_core.models import GilbertElliottLoss, TraceMode, TraceReplay, build_stage
-from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
+from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES, float32_space, plan_space
 from calf_core.profiles import Profile
-from calf_core.timing import keep_newest
+from calf_core.task_spec import HoldMode, SuccessRule, TaskSpec
+from calf_core.timing import keep_newest, task_actions
 
 _STATEFUL = (GilbertElliottLoss, TraceReplay)  # batched with per-env state in arrays
 _EMPTY = np.iinfo(np.int64).max  # a free message slot
@@ -68,6 +69,7 @@ class CartPoleBatch:
 
     def __init__(self, num_envs: int) -> None:
         self.state = np.zeros((num_envs, 4))
+        self.steps = np.zeros(num_envs, np.int64)  # steps this episode, for the time limit
         self._rngs = [np.random.default_rng() for _ in range(num_envs)]
 
     def seed(self, seeds: Sequence[int]) -> None:
@@ -77,10 +79,12 @@ class CartPoleBatch:
         """Start new episodes in envs ``idx``; return their observations."""
         for i in idx:
             self.state[i] = self._rngs[i].uniform(low=-0.05, high=0.05, size=(4,))
+        self.steps[idx] = 0
         return self.state[idx].astype(np.float32)
 
-    def step(self, idx: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Apply ``action`` (0 or 1) in envs ``idx``; return their observations and termination flags."""
+    def step(self, idx: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Apply ``action`` (0 or 1) in envs ``idx``; return their observations, rewards, termination and
+        truncation flags."""
         x, x_dot, theta, theta_dot = self.state[idx].T
         force = np.where(action == 1, self.FORCE_MAG, -self.FORCE_MAG)
         costheta, sintheta = np.cos(theta), np.sin(theta)
@@ -92,7 +96,51 @@ class CartPoleBatch:
                           theta + self.TAU * theta_dot, theta_dot + self.TAU * thetaacc], axis=1)
         self.state[idx] = state
         terminated = (np.abs(state[:, 0]) > self.X_LIMIT) | (np.abs(state[:, 2]) > self.THETA_LIMIT)
-        return state.astype(np.float32), terminated
+        self.steps[idx] += 1
+        return state.astype(np.float32), np.ones(len(idx)), terminated, self.steps[idx] >= self.MAX_STEPS
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class EnvBatch:
+    """N gymnasium envs (any spaces NetworkedEnv takes) stepped one by one in this process, as Stepper steps one.
+
+    A seed given to ``seed`` is used by that env's next reset, as NetworkedEnv passes a reset seed on.
+    """
+
+    def __init__(self, envs: Sequence[gym.Env]) -> None:
+        self.envs = list(envs)
+        space = self.envs[0].action_space
+        # a Discrete action reaches the env as the space's numpy integer, as Stepper passes it
+        self._env_action: Any = space.dtype.type if isinstance(space, gym.spaces.Discrete) else None
+        self.obs_shape = float32_space(self.envs[0].observation_space).shape
+        self._seeds: list[int | None] = [None] * len(self.envs)
+
+    def seed(self, seeds: Sequence[int]) -> None:
+        self._seeds = [int(seed) for seed in seeds]
+
+    def reset(self, idx: np.ndarray) -> np.ndarray:
+        """Start new episodes in envs ``idx``; return their observations (float32)."""
+        obs = np.zeros((len(idx), *self.obs_shape), np.float32)
+        for row, i in enumerate(idx.tolist()):
+            obs[row] = self.envs[i].reset(seed=self._seeds[i])[0]
+            self._seeds[i] = None
+        return obs
+
+    def step(self, idx: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Apply ``action[j]`` in env ``idx[j]``; return their observations, rewards, termination and truncation."""
+        n, to_env = len(idx), self._env_action
+        obs = np.zeros((n, *self.obs_shape), np.float32)
+        reward, terminated, truncated = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
+        for row, i in enumerate(idx.tolist()):
+            act = action[row] if to_env is None else to_env(action[row])
+            obs[row], reward[row], terminated[row], truncated[row], _ = self.envs[i].step(act)
+        return obs, reward, terminated, truncated
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
 
 
 class BatchLink:
@@ -205,45 +253,57 @@ def _rounds(pos: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(rank == r) for r in range(int(rank.max()) + 1)]
 
 
-class VectorNetworkedCartPole(VectorEnv):
-    """``num_envs`` CartPoles, each behind ``profile``'s links, as one gymnasium VectorEnv (see the module doc).
+class VectorNetworkedEnv(VectorEnv):
+    """``batch``'s envs, each behind ``profile``'s links, as one gymnasium VectorEnv (see the module doc).
 
-    Actions are ``int`` per env, or plans of ``plan_horizon`` actions (``MultiDiscrete``).
+    ``batch`` steps the envs: an :class:`EnvBatch` of any gymnasium envs, or :class:`CartPoleBatch`. ``task``
+    gives the tick, hold rule, initial action, start plan and success rule, as NetworkedEnv's; the spaces are
+    one env's. Actions are one per env, or plans of ``plan_horizon`` (``MultiDiscrete``, or Box ``(H, *shape)``);
+    Box plans are clipped to the bounds, as NetworkedEnv clips them. An action out of the space (a Discrete
+    action out of range, a Box action that is not finite) raises a ValueError.
     """
 
     metadata = {'autoreset_mode': AutoresetMode.SAME_STEP}
 
-    def __init__(self, num_envs: int, profile: Profile, plan_horizon: int = 1,
-                 start_plan: Sequence[int] = (), initial_action: int = 0) -> None:
+    def __init__(self, batch: Any, task: TaskSpec, observation_space: gym.Space, action_space: gym.Space,
+                 profile: Profile, plan_horizon: int = 1) -> None:
+        num_envs = len(batch.state) if isinstance(batch, CartPoleBatch) else len(batch.envs)
         if num_envs < 1 or plan_horizon < 1:
             raise ValueError(f'num_envs and plan_horizon must be >= 1, got {num_envs} and {plan_horizon}')
-        if any(a not in (0, 1) for a in (*start_plan, initial_action)):
-            raise ConfigError(f'CartPole actions are 0 or 1, got start_plan {list(start_plan)}, '
-                              f'initial_action {initial_action}')
-        self.num_envs, self.plan_horizon = num_envs, plan_horizon
-        self.single_observation_space = gym.spaces.Box(-CartPoleBatch.HIGH, CartPoleBatch.HIGH, dtype=np.float32)
-        self.single_action_space = (gym.spaces.Discrete(2) if plan_horizon == 1
-                                    else gym.spaces.MultiDiscrete([2] * plan_horizon))
+        self.batch, self.task, self.num_envs, self.plan_horizon = batch, task, num_envs, plan_horizon
+        self.single_observation_space = float32_space(observation_space)
+        self.single_action_space = plan_space(action_space, plan_horizon)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._dt_ns = round(CartPoleBatch.TAU * 1e9)
+        self._continuous = isinstance(action_space, gym.spaces.Box)
+        shape = tuple(action_space.shape) if self._continuous else ()
+        kind = np.float32 if self._continuous else np.int64
+        self._action_shape, self._plan_shape = shape, (num_envs, plan_horizon, *shape)
+        self._n_actions = 0 if self._continuous else int(action_space.n)
+        if self._continuous:
+            self._low, self._high = action_space.low, action_space.high
+        actions = task_actions(task, action_space)
+        self._initial_action = np.asarray(actions.initial, kind)
+        self._noop = None if actions.noop is None or task.hold is HoldMode.LAST else np.asarray(actions.noop, kind)
+        self._start_plan = np.asarray(actions.start_plan, kind).reshape(len(actions.start_plan), *shape)
+        self._success_on_truncation = task.success is SuccessRule.TIME_LIMIT
+        self._dt_ns = int(round(task.dt * 1e9))
         self._compute_ns = int(round(profile.compute_ms / 1e3 * 1e9))
-        self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * 4  # as NetworkedEnv sizes them: float32 observations
-        self._action_bytes = MESSAGE_OVERHEAD_BYTES + 8 * plan_horizon  # and int64 actions
-        self._start_plan = np.asarray(start_plan, dtype=np.int64)
-        self._initial_action = initial_action
-        self.cartpole = CartPoleBatch(num_envs)
+        obs_shape = self.single_observation_space.shape
+        self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(obs_shape or (1,)))  # as NetworkedEnv sizes them
+        self._action_bytes = MESSAGE_OVERHEAD_BYTES + plan_horizon * (4 * int(np.prod(shape)) if self._continuous else 8)
         self.uplink = BatchLink(profile.uplink, profile.reorder.uplink, num_envs)
         self.downlink = BatchLink(profile.downlink, profile.reorder.downlink, num_envs)
         n, h = num_envs, plan_horizon
         self._rows = np.arange(n)
         # env side: tick, executor and episode counters
         self._tick = np.zeros(n, np.int64)
-        self._plan = np.zeros((n, h), np.int64)
+        self._plan = np.zeros((n, h, *shape), kind)
         self._plan_seq = np.full(n, -1, np.int64)
         self._plan_decision = np.full(n, -1, np.int64)  # index of the decision that sent the current plan
         self._first_tick = np.full(n, -1, np.int64)  # -1: the current plan has not run yet
-        self._last_action = np.full(n, initial_action, np.int64)
+        self._last_action = np.zeros((n, *shape), kind)
+        self._last_action[:] = self._initial_action
         self._reward = np.zeros(n)
         self._ticks = np.zeros(n, np.int64)
         self._ticks_held = np.zeros(n, np.int64)
@@ -254,22 +314,22 @@ class VectorNetworkedCartPole(VectorEnv):
         self._gate = np.full(n, -1, np.int64)
         self._busy_until = np.zeros(n, np.int64)
         self._waiting_seq = np.full(n, -1, np.int64)
-        self._waiting_obs = np.zeros((n, 4), np.float32)
+        self._waiting_obs = np.zeros((n, *obs_shape), np.float32)
         self._waiting_applied = np.full((n, 2), -1, np.int64)
         self._decision_seq = np.zeros(n, np.int64)
         self._decision_applied = np.full((n, 2), -1, np.int64)  # applied_obs_seq, applied_index
         self._decision_ns = np.zeros(n, np.int64)
-        self._decision_obs = np.zeros((n, 4), np.float32)
+        self._decision_obs = np.zeros((n, *obs_shape), np.float32)
         self._decisions = np.zeros(n, np.int64)  # decisions sent this episode
         self._fresh = np.zeros(n, bool)  # reset and not yet decided
         self._pending = np.zeros(n, bool)  # the episode ended before its first decision
-        self._pending_flags = np.zeros((n, 2), bool)  # (terminated, truncated) of a pending end
+        self._pending_flags = np.zeros((n, 3), bool)  # (terminated, truncated, success) of a pending end
         # messages in flight, one slot each
         self._obs_key = np.full((n, 4), _EMPTY, np.int64)
-        self._obs_data = np.zeros((n, 4, 4), np.float32)
+        self._obs_data = np.zeros((n, 4, *obs_shape), np.float32)
         self._obs_applied = np.full((n, 4, 2), -1, np.int64)
         self._act_key = np.full((n, 4), _EMPTY, np.int64)
-        self._act_plan = np.zeros((n, 4, h), np.int64)
+        self._act_plan = np.zeros((n, 4, h, *shape), kind)
         self._act_decision = np.zeros((n, 4), np.int64)
         self._origin_ns = np.zeros(n, np.int64)  # each env's link clock at its episode's tick 0
         self._played = np.zeros(n, bool)  # the env has started an episode before
@@ -279,13 +339,13 @@ class VectorNetworkedCartPole(VectorEnv):
 
     def reset(self, *, seed: int | Sequence[int] | None = None,
               options: dict | None = None) -> tuple[np.ndarray, dict]:
-        """Reset every env. An int seed gives env ``i`` the CartPole seed ``seed + i``; a list gives each its own."""
+        """Reset every env. An int seed gives env ``i`` the env seed ``seed + i``; a list gives each its own."""
         if seed is not None or not self._seeded:
             if seed is not None:
                 seeds = [int(seed) + i for i in range(self.num_envs)] if np.ndim(seed) == 0 else list(seed)
                 if len(seeds) != self.num_envs:
                     raise ValueError(f'reset needs one seed per env ({self.num_envs}), got {len(seeds)}')
-                self.cartpole.seed(seeds)
+                self.batch.seed(seeds)
             up_rng, down_rng = np.random.default_rng(seed).spawn(2)
             self.uplink.reseed(up_rng)
             self.downlink.reseed(down_rng)
@@ -296,16 +356,15 @@ class VectorNetworkedCartPole(VectorEnv):
         return self._decision_obs.copy(), self._info(np.ones(self.num_envs, bool))
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        plans = np.asarray(actions, dtype=np.int64).reshape(self.num_envs, self.plan_horizon)
-        if plans.min() < 0 or plans.max() > 1:
-            raise ValueError(f'CartPole actions are 0 or 1, got {actions!r}')
+        plans = self._plans(actions)
         self._e2e, self._final = [], {}
         deciding = np.flatnonzero(~self._pending)
         self._send_actions(deciding, plans[deciding])
         ended = np.flatnonzero(self._pending)
         if ended.size:
-            terminated, truncated = self._pending_flags[ended].T
-            self._finish(ended, self._decision_obs[ended], self._decision_applied[ended], terminated, truncated)
+            terminated, truncated, success = self._pending_flags[ended].T
+            self._finish(ended, self._decision_obs[ended], self._decision_applied[ended], terminated, truncated,
+                         success)
         self._advance(np.ones(self.num_envs, bool))
         restarted = self._final.get('mask', np.zeros(self.num_envs, bool))
         reward = np.where(restarted, self._final.get('reward', 0.0), self._reward)
@@ -315,6 +374,21 @@ class VectorNetworkedCartPole(VectorEnv):
         carry = ~restarted  # a restarted env keeps its reset ticks and their reward for its next step, as NetworkedEnv does
         self._reward[carry], self._ticks[carry], self._executed[carry] = 0.0, 0, 0
         return self._decision_obs.copy(), reward, terminated.copy(), truncated.copy(), info
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.batch.close()
+
+    def _plans(self, actions: Any) -> np.ndarray:
+        """``actions`` as one plan per env: ints in range, or finite Box actions clipped to the bounds."""
+        if self._continuous:
+            plans = np.array(actions, dtype=np.float32).reshape(self._plan_shape)
+            if not np.isfinite(plans).all():
+                raise ValueError('Box actions must be finite, got NaN or infinity')
+            return np.minimum(np.maximum(plans, self._low), self._high)
+        plans = np.asarray(actions, dtype=np.int64).reshape(self._plan_shape)
+        if plans.min() < 0 or plans.max() >= self._n_actions:
+            raise ValueError(f'actions are 0 to {self._n_actions - 1}, got {actions!r}')
+        return plans
 
     def _info(self, at_reset: np.ndarray) -> dict[str, Any]:
         """This step's info; envs ``at_reset`` report their new episode's reset (0 ticks: those before its first
@@ -383,7 +457,7 @@ class VectorNetworkedCartPole(VectorEnv):
         self._first_tick[taken] = -1
 
     def _on_ticks(self, idx: np.ndarray, active: np.ndarray) -> None:
-        """Envs ``idx`` tick: PlanExecutor.action_for_tick, a CartPole step, then the observation is sent."""
+        """Envs ``idx`` tick: PlanExecutor.action_for_tick, an env step, then the observation is sent."""
         tick = self._tick[idx] + 1
         self._tick[idx] = tick
         plan_seq, first_tick = self._plan_seq[idx], self._first_tick[idx]
@@ -394,23 +468,27 @@ class VectorNetworkedCartPole(VectorEnv):
         index[first_use & (index >= self.plan_horizon)] = self.plan_horizon - 1  # a late plan runs its last element
         runs = has_plan & (index < self.plan_horizon)
         action = self._last_action[idx]
-        if self._start_plan.size:
+        cycle = len(self._start_plan)
+        if cycle:
             before = ~has_plan
-            action[before] = self._start_plan[(tick[before] - 1) % self._start_plan.size]
+            action[before] = self._start_plan[(tick[before] - 1) % cycle]
         action[runs] = self._plan[idx[runs], index[runs]]
         self._last_action[idx] = action
+        if self._noop is not None:  # hold zero or noop: a held tick applies the no-op, and the last action stays
+            action[~runs & (has_plan | (cycle == 0))] = self._noop
         lag = self._decisions[idx] - 1 - self._plan_decision[idx]
         marked = runs & (lag <= self.plan_horizon)
         self._executed[idx[marked], lag[marked], index[marked]] = 1
         applied = np.stack([plan_seq, np.where(runs, index, -1)], axis=1)
-        obs, terminated = self.cartpole.step(idx, action)
-        truncated = tick >= CartPoleBatch.MAX_STEPS
-        self._reward[idx] += 1.0
+        obs, reward, terminated, truncated = self.batch.step(idx, action)
+        self._reward[idx] += reward
         self._ticks[idx] += 1
         self._ticks_held[idx] += ~runs
         ended = terminated | truncated
         if ended.any():
-            self._end(idx[ended], obs[ended], applied[ended], terminated[ended], truncated[ended], active)
+            success = (truncated & ~terminated) if self._success_on_truncation else (terminated & (reward > 0))
+            self._end(idx[ended], obs[ended], applied[ended], terminated[ended], truncated[ended], success[ended],
+                      active)
         going = ~ended
         self._send_observations(idx[going], tick[going], obs[going], applied[going])
 
@@ -446,26 +524,27 @@ class VectorNetworkedCartPole(VectorEnv):
         self._obs_key[idx[rows], cols] = _EMPTY
 
     def _end(self, idx: np.ndarray, obs: np.ndarray, applied: np.ndarray, terminated: np.ndarray,
-             truncated: np.ndarray, active: np.ndarray) -> None:
+             truncated: np.ndarray, success: np.ndarray, active: np.ndarray) -> None:
         """Episodes end. One that ended before its first decision is returned as the reset observation
         and reported at the next step; the others are recorded as final and restarted."""
         fresh = self._fresh[idx]
         pending = idx[fresh]
         self._pending[pending] = True
-        self._pending_flags[pending] = np.stack([terminated[fresh], truncated[fresh]], axis=1)
+        self._pending_flags[pending] = np.stack([terminated[fresh], truncated[fresh], success[fresh]], axis=1)
         self._decision_seq[pending], self._decision_obs[pending] = self._tick[pending], obs[fresh]
         self._decision_applied[pending] = applied[fresh]
         active[pending] = False
-        self._finish(idx[~fresh], obs[~fresh], applied[~fresh], terminated[~fresh], truncated[~fresh])
+        self._finish(idx[~fresh], obs[~fresh], applied[~fresh], terminated[~fresh], truncated[~fresh],
+                     success[~fresh])
 
     def _finish(self, idx: np.ndarray, obs: np.ndarray, applied: np.ndarray, terminated: np.ndarray,
-                truncated: np.ndarray) -> None:
+                truncated: np.ndarray, success: np.ndarray) -> None:
         """Record the final step of envs ``idx`` and restart them."""
         if not idx.size:
             return
         n, final = self.num_envs, self._final
         if not final:
-            final.update(mask=np.zeros(n, bool), obs=np.zeros((n, 4), np.float32), reward=np.zeros(n),
+            final.update(mask=np.zeros(n, bool), obs=np.zeros_like(self._decision_obs), reward=np.zeros(n),
                          terminated=np.zeros(n, bool), truncated=np.zeros(n, bool), ticks=np.zeros(n, np.int64),
                          obs_seq=np.zeros(n, np.int64), applied_obs_seq=np.full(n, -1, np.int64),
                          applied_index=np.full(n, -1, np.int64), obs_age_ms=np.zeros(n), obs_lost=np.zeros(n, np.int64),
@@ -477,7 +556,7 @@ class VectorNetworkedCartPole(VectorEnv):
         final['applied_obs_seq'][idx], final['applied_index'][idx] = applied.T
         final['obs_lost'][idx], final['actions_lost'][idx] = self._obs_lost[idx], self._actions_lost[idx]
         final['executed'][idx], final['ticks_held'][idx] = self._executed[idx], self._ticks_held[idx]
-        final['success'][idx] = truncated & ~terminated
+        final['success'][idx] = success
         self._reset_envs(idx)
 
     def _reset_envs(self, idx: np.ndarray) -> None:
@@ -487,7 +566,7 @@ class VectorNetworkedCartPole(VectorEnv):
         advance = np.maximum((self._tick[idx] + 1) * self._dt_ns, self._busy_until[idx])
         self._origin_ns[idx] += np.where(self._played[idx], advance, 0)
         self._played[idx] = True
-        obs = self.cartpole.reset(idx)
+        obs = self.batch.reset(idx)
         for array, value in ((self._tick, 0), (self._plan_seq, -1), (self._plan_decision, -1),
                              (self._first_tick, -1), (self._last_action, self._initial_action), (self._reward, 0.0),
                              (self._ticks, 0), (self._ticks_held, 0), (self._obs_lost, 0), (self._actions_lost, 0),
@@ -527,6 +606,24 @@ class VectorNetworkedCartPole(VectorEnv):
             self._act_decision = _fit(self._act_decision, self._act_key.shape[1])
             self._act_plan[envs, slot] = plans[at]
             self._act_decision[envs, slot] = decision[at]
+
+
+class VectorNetworkedCartPole(VectorNetworkedEnv):
+    """``num_envs`` CartPoles on :class:`CartPoleBatch` (its physics in numpy): the vector env's CartPole case."""
+
+    def __init__(self, num_envs: int, profile: Profile, plan_horizon: int = 1,
+                 start_plan: Sequence[int] = (), initial_action: int = 0) -> None:
+        if any(a not in (0, 1) for a in (*start_plan, initial_action)):
+            raise ConfigError(f'CartPole actions are 0 or 1, got start_plan {list(start_plan)}, '
+                              f'initial_action {initial_action}')
+        task = TaskSpec('cartpole', CartPoleBatch.TAU, 'CartPole-v1', initial_action=initial_action,
+                        start_plan=tuple(start_plan))
+        space = gym.spaces.Box(-CartPoleBatch.HIGH, CartPoleBatch.HIGH, dtype=np.float32)
+        super().__init__(CartPoleBatch(num_envs), task, space, gym.spaces.Discrete(2), profile, plan_horizon)
+
+    @property
+    def cartpole(self) -> CartPoleBatch:
+        return self.batch
 
 
 def _lost(pos: np.ndarray, n: int) -> np.ndarray:
