@@ -28,6 +28,10 @@ from calf_core.networked_env import ENV_ID, NetworkedEnv
 from calf_core.profiles import Profile, load_profile
 from calf_core.task_spec import HoldMode, TaskSpec
 from calf_core.user_env import check_spaces
+from calf_core.vector_networked import EnvBatch, VectorNetworkedEnv
+
+MAX_VECTOR_ENVS = 65536
+"""Most envs ``make_vec`` builds in one vector env."""
 
 
 def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,
@@ -72,6 +76,25 @@ def make(env: str | gym.Env = 'cartpole', network: str | Path | Profile = 'wifi_
          seed: int = 0, plan_horizon: int = 1, task: TaskSpec | str | None = None) -> NetworkedEnv:
     """The entry point of ``calf/Networked-v0``: :func:`wrap` with the same arguments."""
     return wrap(env, network, dt, seed, plan_horizon, task)
+
+
+def make_vec(num_envs: int = 1, env: str = 'cartpole', network: str | Path | Profile = 'wifi_degraded',
+             dt: float | None = None, seed: int = 0, plan_horizon: int = 1,
+             task: TaskSpec | str | None = None) -> VectorNetworkedEnv:
+    """The vector entry point of ``calf/Networked-v0`` (``gym.make_vec``): ``num_envs`` copies of ``env``, each as
+    :func:`wrap` builds it, stepped together in one :class:`~calf_core.vector_networked.VectorNetworkedEnv` (the
+    links of all envs simulated together, ``SAME_STEP`` autoreset). ``env`` is a name, not an env object: each
+    copy is built from it. ``gym.make_vec(..., vectorization_mode='sync')`` gives a SyncVectorEnv of wrapped envs."""
+    if not isinstance(env, (str, os.PathLike)):
+        raise ConfigTypeError(f'make_vec: env must be an env name such as "Pendulum-v1" (each copy is built from it), '
+                              f'got {_short(env)}')
+    _check_int(num_envs, 'num_envs', 1, MAX_VECTOR_ENVS)
+    _check_arguments(env, network, seed, plan_horizon, task)
+    profile = network if isinstance(network, Profile) else load_profile(network)
+    first = wrap(env, profile, dt, seed, plan_horizon, task)
+    copies = [first.env] + [wrap(env, profile, dt, seed, plan_horizon, first.task).env for _ in range(num_envs - 1)]
+    return VectorNetworkedEnv(EnvBatch(copies), first.task, first.env.observation_space, first.env.action_space,
+                              profile, int(plan_horizon), seed=int(seed))
 
 
 def _seconds(dt: Any) -> float | None:
@@ -141,7 +164,8 @@ def _task_for(env: gym.Env | str, task: TaskSpec | str | None, dt: float | None)
 def register() -> None:
     """Register ``calf/Networked-v0`` with gymnasium (done on ``import calf_core``)."""
     if ENV_ID not in gym.registry:
-        gym.register(ENV_ID, entry_point='calf_core.api:make', disable_env_checker=True)
+        gym.register(ENV_ID, entry_point='calf_core.api:make', vector_entry_point='calf_core.api:make_vec',
+                     disable_env_checker=True)
 
 
-__all__ = ['ENV_ID', 'ConfigError', 'make', 'register', 'wrap']
+__all__ = ['ENV_ID', 'ConfigError', 'make', 'make_vec', 'register', 'wrap']

@@ -258,7 +258,7 @@ class VectorNetworkedEnv(VectorEnv):
 
     ``batch`` steps the envs: an :class:`EnvBatch` of any gymnasium envs, or :class:`CartPoleBatch`. ``task``
     gives the tick, hold rule, initial action, start plan and success rule, as NetworkedEnv's; the spaces are
-    one env's. Actions are one per env, or plans of ``plan_horizon`` (``MultiDiscrete``, or Box ``(H, *shape)``);
+    one env's; ``seed`` seeds the links on the first reset when it is given no seed. Actions are one per env, or plans of ``plan_horizon`` (``MultiDiscrete``, or Box ``(H, *shape)``);
     Box plans are clipped to the bounds, as NetworkedEnv clips them. An action out of the space (a Discrete
     action out of range, a Box action that is not finite) raises a ValueError.
     """
@@ -266,7 +266,7 @@ class VectorNetworkedEnv(VectorEnv):
     metadata = {'autoreset_mode': AutoresetMode.SAME_STEP}
 
     def __init__(self, batch: Any, task: TaskSpec, observation_space: gym.Space, action_space: gym.Space,
-                 profile: Profile, plan_horizon: int = 1) -> None:
+                 profile: Profile, plan_horizon: int = 1, seed: int | None = None) -> None:
         num_envs = len(batch.state) if isinstance(batch, CartPoleBatch) else len(batch.envs)
         if num_envs < 1 or plan_horizon < 1:
             raise ValueError(f'num_envs and plan_horizon must be >= 1, got {num_envs} and {plan_horizon}')
@@ -333,7 +333,7 @@ class VectorNetworkedEnv(VectorEnv):
         self._act_decision = np.zeros((n, 4), np.int64)
         self._origin_ns = np.zeros(n, np.int64)  # each env's link clock at its episode's tick 0
         self._played = np.zeros(n, bool)  # the env has started an episode before
-        self._seeded = False
+        self._seed, self._seeded = seed, False  # ``seed`` seeds the links of the first reset given none
         self._e2e: list[tuple[np.ndarray, np.ndarray]] = []
         self._final: dict[str, np.ndarray] = {}
 
@@ -346,7 +346,7 @@ class VectorNetworkedEnv(VectorEnv):
                 if len(seeds) != self.num_envs:
                     raise ValueError(f'reset needs one seed per env ({self.num_envs}), got {len(seeds)}')
                 self.batch.seed(seeds)
-            up_rng, down_rng = np.random.default_rng(seed).spawn(2)
+            up_rng, down_rng = np.random.default_rng(self._seed if seed is None else seed).spawn(2)
             self.uplink.reseed(up_rng)
             self.downlink.reseed(down_rng)
             self._seeded = True

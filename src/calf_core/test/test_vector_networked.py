@@ -1,13 +1,16 @@
 """The vector fast path follows NetworkedEnv: exactly under deterministic links, in distribution otherwise."""
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from scipy import stats
 
-from calf_core.envs import make_networked_env
+import calf_core
+from calf_core.envs import env_spec, make_env, make_networked_env
+from calf_core.errors import ConfigTypeError
 from calf_core.profiles import Profile, load_profile, profile_from_dict
-from calf_core.vector_networked import VectorNetworkedCartPole
+from calf_core.vector_networked import EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
 TRACE_UP = {'model': 'trace_replay', 'delays_ms': [5.0, 45.0, 12.0, 70.0, 3.0, 28.0, 0.0],
             'lost': [False, False, True, False, False, False, False]}
@@ -111,6 +114,53 @@ def test_same_ticks_rewards_and_decisions_as_networked_env(profile: Profile, hor
     assert endings['terminated'] > 0
     if not profile.uplink:
         assert endings['truncated'] > 0
+
+
+def box_plan(obs: np.ndarray, env: int, step: int, horizon: int) -> np.ndarray:
+    """A deterministic Box plan per env, sometimes beyond the bounds (clipped on the policy side)."""
+    first = 3.0 * np.tanh(obs[1] + 0.3 * obs[-1]) if env != 2 else (-2.5 if (step // 5) % 2 else 2.5)
+    return np.array([[first], [-first / 2], [first / 3]][:horizon], np.float32)
+
+
+@pytest.mark.parametrize('env_id, profile, horizon', [
+    ('Pendulum-v1', fixed(30, 25, 5.0), 1),
+    ('Pendulum-v1', traced(reorder=False), 2),
+    ('Pendulum-v1', pile_up(30.0), 3),
+    ('Pendulum-v1', bandwidth_bound(), 1),
+    ('CartPole-v1', traced(reorder=True), 2),
+    ('CartPole-v1', pile_up(0.0), 1),
+], ids=['box-delay-only', 'box-trace-fifo-plans-of-2', 'box-fifo-pile-up-busy-plans-of-3', 'box-bandwidth',
+        'discrete-env-trace-plans-of-2', 'discrete-env-fifo-pile-up'])
+def test_any_env_follows_networked_env_step_for_step(env_id: str, profile: Profile, horizon: int) -> None:
+    """VectorNetworkedEnv over gymnasium's own envs (a Box and a Discrete one) matches NetworkedEnv exactly."""
+    n, steps = 3, 300
+    scalar = [make_networked_env(env_id, profile, seed=i, plan_horizon=horizon) for i in range(n)]
+    vector = VectorNetworkedEnv(EnvBatch([make_env(env_id) for _ in range(n)]), env_spec(env_id),
+                                scalar[0].env.observation_space, scalar[0].env.action_space, profile, horizon)
+    env_seeds = [int(np.random.default_rng(i).integers(2**31)) for i in range(n)]
+    obs_s = [env.reset(seed=i)[0] for i, env in enumerate(scalar)]
+    obs_v, _ = vector.reset(seed=env_seeds)
+    box = env_id == 'Pendulum-v1'
+    endings = 0
+    for step in range(steps):
+        plans = [box_plan(obs_s[i], i, step, horizon) if box else policy(obs_s[i], i, step, horizon) for i in range(n)]
+        obs_v, reward_v, term_v, trunc_v, info_v = vector.step(np.array(plans).reshape(vector.action_space.shape))
+        for i, env in enumerate(scalar):
+            action = plans[i] if horizon > 1 else plans[i][0]
+            obs, reward, terminated, truncated, info = env.step(action)
+            where = f'env {i}, step {step}'
+            assert (reward_v[i], term_v[i], trunc_v[i]) == (reward, terminated, truncated), where
+            if terminated or truncated:
+                endings += 1
+                final = {**info_v['final_info'], 'e2e_ms': info_v['e2e_ms'], 'e2e_env': info_v['e2e_env']}
+                assert np.array_equal(info_v['final_obs'][i], obs) and vector_info(final, i) == scalar_info(info), where
+                assert (final['success'][i], final['ticks_held'][i]) == (info['success'], info['ticks_held']), where
+                obs, info = env.reset()
+            else:
+                assert vector_info(info_v, i) == scalar_info(info), where
+            assert np.array_equal(obs_v[i], obs), where
+            obs_s[i] = obs
+    assert endings > 0
 
 
 def test_of_observations_arriving_at_one_instant_the_policy_keeps_the_newest() -> None:
@@ -289,3 +339,26 @@ def test_a_heavy_tail_beyond_the_event_horizon_is_never_delivered() -> None:
     env.reset(seed=0)
     ages = [env.step(np.zeros(4, np.int64))[4]['obs_age_ms'] for _ in range(3)]
     assert all(np.all((a >= 0) & np.isfinite(a)) for a in ages)
+
+
+def test_gym_make_vec_builds_one_vector_env_for_any_env() -> None:
+    """``gym.make_vec('calf/Networked-v0')`` is a VectorNetworkedEnv under a profile with stalls; sync mode stays."""
+    envs = gym.make_vec(calf_core.ENV_ID, num_envs=4, env='Pendulum-v1', network='wifi_degraded', seed=3)
+    assert isinstance(envs, VectorNetworkedEnv) and envs.single_action_space.shape == (1,)
+    obs, info = envs.reset()
+    assert obs.shape == (4, 3) and obs.dtype == np.float32 and (info['ticks'] == 0).all()
+    ticks = 0
+    for _ in range(50):
+        obs, reward, _, _, info = envs.step(np.full((4, 1), 5.0))  # beyond the bounds: clipped
+        assert reward.shape == (4,) and np.isfinite(reward).all()
+        ticks += int(info['ticks'].sum())
+    assert ticks >= 200
+    with pytest.raises(ValueError, match='finite'):
+        envs.step(np.full((4, 1), np.nan))
+    envs.close()
+    sync = gym.make_vec(calf_core.ENV_ID, num_envs=2, env='CartPole-v1', network='sim_clean', vectorization_mode='sync')
+    assert isinstance(sync, gym.vector.SyncVectorEnv)
+    sync.close()
+    with pytest.raises(ConfigTypeError, match='env must be an env name') as error:
+        calf_core.api.make_vec(2, env=gym.make('CartPole-v1'))
+    assert '\n' not in str(error.value)
