@@ -85,10 +85,11 @@ def _representation(value: Any, name: str) -> None:
         raise _Bad(f'{name} must be an object like {{"frames": 1, "actions": 0}}, got {shown(value)}')
     _int(value.get('frames', 1), f'{name}.frames', 1, MAX_FRAMES)
     _int(value.get('actions', 0), f'{name}.actions', 0, MAX_ACTION_HISTORY)
+    _int(value.get('history_element', 0), f'{name}.history_element', 0, MAX_PLAN_HORIZON - 1)
     for flag in ('obs_age', 'delay_state'):
         if not isinstance(value.get(flag, False), bool):
             raise _Bad(f'{name}.{flag} must be true or false, got {shown(value[flag])}')
-    extra = sorted(set(value) - {'frames', 'actions', 'obs_age', 'delay_state'})
+    extra = sorted(set(value) - {'frames', 'actions', 'obs_age', 'delay_state', 'history_element'})
     if extra:
         raise _Bad(f'{name} has unknown fields {extra}')
 

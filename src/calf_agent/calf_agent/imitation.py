@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,17 @@ import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.gaussian import GaussianAgent, acts_continuously
-from calf_agent.regimes import default_representation
+from calf_agent.regimes import default_representation, delay_ticks
 from calf_agent.representation import (
     HistoryFeatures,
     Representation,
-    first_actions,
     observation_age_s,
     observation_facts,
+    remembered_actions,
 )
 from calf_agent.seeding import seed_everything
 from calf_agent.trainer import TrainResult, run_log
-from calf_core.envs import make_networked_env
+from calf_core.envs import env_spec, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile, load_profile
@@ -172,7 +172,7 @@ class StudentRollout:
         if terminated or truncated:
             return True
         rep = self.history.rep
-        sent = first_actions(plan, 1, True, self.history.n_actions)[0]
+        sent = remembered_actions(plan, 1, True, self.history.n_actions, rep.history_element)[0]
         self.features = self.history.update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))
         self.seq = int(info['obs_seq'])
         return False
@@ -305,5 +305,7 @@ def train_student(expert_dir: Path | str, env: str, network: str, seed: int, out
     except ValueError as err:
         raise ConfigError(f'bad imitation settings: {err}') from None
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name, 'method': 'dagger', 'seed': seed}
-    return distil(expert_dir, env, profile, rep or default_representation(env, profile), plan_horizon, cfg,
-                  out_dir, meta, progress)
+    if rep is None:  # a plan's history keeps the element expected to run behind the link's typical delay
+        d, _ = delay_ticks(profile, env_spec(env).dt)
+        rep = replace(default_representation(env, profile), history_element=min(d, plan_horizon - 1))
+    return distil(expert_dir, env, profile, rep, plan_horizon, cfg, out_dir, meta, progress)

@@ -90,12 +90,13 @@ class PolicyRunner:
         else:
             features = self._history.update(obs, self._last_sent, facts=facts)
         actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq)
+        remembered = min(self.rep.history_element, self.plan_horizon - 1)  # what the action history keeps
         if self.continuous:
             plan = np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)
-            self._last_sent = plan[0]
+            self._last_sent = plan[remembered]
             return plan
         plan = [int(a) for a in np.asarray(actions).reshape(-1)]
-        self._last_sent = plan[0]
+        self._last_sent = plan[remembered]
         return plan
 
 

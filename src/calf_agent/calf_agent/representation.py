@@ -44,10 +44,14 @@ class Representation:
     actions: int = 0
     obs_age: bool = False
     delay_state: bool = False
+    history_element: int = 0
+    """Which element of each sent plan the action history remembers: the one expected to run, ``d`` behind a
+    link of ``d`` ticks (0, the first, for single actions and by default)."""
 
     def __post_init__(self) -> None:
-        if self.frames < 1 or self.actions < 0:
-            raise ValueError(f'frames must be >= 1 and actions >= 0, got {self.frames} and {self.actions}')
+        if self.frames < 1 or self.actions < 0 or self.history_element < 0:
+            raise ValueError(f'frames must be >= 1, actions and history_element >= 0, got {self.frames}, '
+                             f'{self.actions} and {self.history_element}')
         for key in ('obs_age', 'delay_state'):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f'{key} must be true or false, got {getattr(self, key)!r}')
@@ -64,7 +68,8 @@ class Representation:
     def as_dict(self) -> dict[str, int | bool]:
         """The fields, leaving out the flags that are off (so older readers load the result)."""
         return {'frames': self.frames, 'actions': self.actions, **({'obs_age': True} if self.obs_age else {}),
-                **({'delay_state': True} if self.delay_state else {})}
+                **({'delay_state': True} if self.delay_state else {}),
+                **({'history_element': self.history_element} if self.history_element else {})}
 
 
 class ObsFacts(NamedTuple):
@@ -236,11 +241,12 @@ def history_actions(space: gym.Space) -> int:
     return int(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec[0])
 
 
-def first_actions(actions: Any, n: int, continuous: bool, width: int) -> np.ndarray:
-    """The first element of ``n`` sent plans (or single actions): ``[n]`` indices, or ``[n, width]`` values."""
-    if continuous:
-        return np.asarray(actions, dtype=np.float32).reshape(n, -1, width)[:, 0]
-    return np.asarray(actions).reshape(n, -1)[:, 0]
+def remembered_actions(actions: Any, n: int, continuous: bool, width: int, element: int = 0) -> np.ndarray:
+    """The element of ``n`` sent plans (or single actions) the action history keeps (``element``, or the plan's
+    last if it is shorter): ``[n]`` indices, or ``[n, width]`` values."""
+    plans = np.asarray(actions, dtype=np.float32).reshape(n, -1, width) if continuous else \
+        np.asarray(actions).reshape(n, -1)
+    return plans[:, min(element, plans.shape[1] - 1)]
 
 
 class HistoryWrapper(gym.Wrapper):
@@ -261,9 +267,9 @@ class HistoryWrapper(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        first = first_actions(action, 1, self.history.continuous, self.history.n_actions)[0]
         rep = self.history.rep
-        features = self.history.update(obs, first, observation_age_s(rep, info), observation_facts(rep, info))
+        sent = remembered_actions(action, 1, self.history.continuous, self.history.n_actions, rep.history_element)[0]
+        features = self.history.update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))
         return features, reward, terminated, truncated, info
 
 
@@ -296,7 +302,8 @@ class VectorHistoryWrapper(gym.vector.VectorWrapper):
     def step(self, actions):
         obs, reward, terminated, truncated, info = self.env.step(actions)
         rep = self.history.rep
-        sent = first_actions(actions, self.num_envs, self.history.continuous, self.history.n_actions)
+        sent = remembered_actions(actions, self.num_envs, self.history.continuous, self.history.n_actions,
+                                  rep.history_element)
         ended = np.flatnonzero(info['_final_obs']) if 'final_obs' in info else np.zeros(0, np.int64)
         if ended.size:  # the ended episodes' last step, as HistoryWrapper.step saw it before the reset
             final_raw = np.stack([info['final_obs'][i] for i in ended])

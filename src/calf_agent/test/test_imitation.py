@@ -77,6 +77,7 @@ def test_an_expert_must_act_on_the_state_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two trainings, slow on a loaded machine
 def test_a_dagger_student_keeps_the_experts_return_behind_a_degraded_link(tmp_path: Path) -> None:
     expert = train_policy('InvertedPendulum-v5', 'sim_clean', 0, tmp_path / 'expert', steps=30_000,
                           regime='baseline', progress=False)

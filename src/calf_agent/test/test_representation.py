@@ -8,7 +8,7 @@ import pytest
 
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
-from calf_agent.representation import HistoryFeatures, HistoryWrapper, ObsFacts, Representation
+from calf_agent.representation import HistoryFeatures, HistoryWrapper, ObsFacts, Representation, remembered_actions
 from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
 
@@ -101,3 +101,12 @@ def test_the_policy_node_builds_the_training_features() -> None:
             features, _, terminated, truncated, info = env.step(action[0])
     assert len(inputs) > 50 and any(f[-1] == 1.0 for f in inputs) and any(f[-3] > 0 for f in inputs)
     np.testing.assert_array_equal(np.stack(agent.inputs), np.stack(inputs))
+
+
+def test_the_action_history_remembers_the_plan_element_expected_to_run() -> None:
+    plans = np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3)
+    np.testing.assert_array_equal(remembered_actions(plans, 2, True, 3, element=2), plans[:, 2])
+    np.testing.assert_array_equal(remembered_actions(plans, 2, True, 3, element=9), plans[:, 3])  # past the end: last
+    np.testing.assert_array_equal(remembered_actions([[5, 6, 7]], 1, False, 2, element=1), [6])
+    assert Representation(frames=2, actions=1, history_element=3).as_dict()['history_element'] == 3
+    assert 'history_element' not in Representation(frames=2, actions=1).as_dict()  # older readers load it
