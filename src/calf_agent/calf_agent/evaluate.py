@@ -18,6 +18,7 @@ from calf_agent.representation import (
     observation_age_s,
     observation_facts,
 )
+from calf_core import progress as progress_bars
 from calf_core.envs import make_networked_env
 from calf_core.profiles import Profile
 
@@ -58,8 +59,9 @@ class EpisodeLog:
 
 
 def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: int,
-                 batch: int = 16, keep_samples: bool = False) -> dict[str, Any]:
-    """Run ``episodes`` episodes of the checkpoint behind ``profile`` in NetworkedEnv.
+                 batch: int = 16, keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Run ``episodes`` episodes of the checkpoint behind ``profile`` in NetworkedEnv, ``batch`` at a time
+    (one forward pass per tick for all of them); ``progress``: a bar over episodes (``calf_core.progress``).
 
     The env runs the checkpoint's ``start_plan`` (if it names one) until the first plan arrives.
     """
@@ -83,29 +85,31 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
         started += 1
     state = None
     state_reset = np.ones(len(envs), dtype=bool)
-    while any(f is not None for f in feats):
-        active = [i for i, f in enumerate(feats) if f is not None]
-        state = _reset_state(state, state_reset)
-        actions, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
-                                             for f in feats]), state, deterministic=True, seq=seqs)
-        state_reset[:] = False
-        for i in active:
-            action = actions[i]
-            obs, _, terminated, truncated, info = envs[i].step(action)
-            if not (terminated or truncated):
-                feats[i] = histories[i].update(obs, first_actions(action, 1, continuous, width)[0],
-                                               observation_age_s(rep, info), observation_facts(rep, info))
-                seqs[i] = info['obs_seq']
-                continue
-            summary = envs[i].stepper.finish()
-            log.add(summary.episode_return, summary.length, summary.success, info['episode_e2e_ms'])
-            log.obs_lost += info['obs_lost']
-            log.actions_lost += info['actions_lost']
-            feats[i] = None
-            if started < episodes:
-                feats[i], seqs[i] = _start(envs[i], histories[i], seed + started)
-                state_reset[i] = True
-                started += 1
+    with progress_bars.bar(episodes, 'episode', 'eval', allowed=progress) as bar:
+        while any(f is not None for f in feats):
+            active = [i for i, f in enumerate(feats) if f is not None]
+            state = _reset_state(state, state_reset)
+            actions, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
+                                                 for f in feats]), state, deterministic=True, seq=seqs)
+            state_reset[:] = False
+            for i in active:
+                action = actions[i]
+                obs, _, terminated, truncated, info = envs[i].step(action)
+                if not (terminated or truncated):
+                    feats[i] = histories[i].update(obs, first_actions(action, 1, continuous, width)[0],
+                                                   observation_age_s(rep, info), observation_facts(rep, info))
+                    seqs[i] = info['obs_seq']
+                    continue
+                summary = envs[i].stepper.finish()
+                log.add(summary.episode_return, summary.length, summary.success, info['episode_e2e_ms'])
+                log.obs_lost += info['obs_lost']
+                log.actions_lost += info['actions_lost']
+                bar.update(1)
+                feats[i] = None
+                if started < episodes:
+                    feats[i], seqs[i] = _start(envs[i], histories[i], seed + started)
+                    state_reset[i] = True
+                    started += 1
     return log.report('sim', profile.name, keep_samples, policy=str(policy_dir), seed=seed)
 
 

@@ -23,6 +23,7 @@ from calf_agent.arbiter import Arbiter, make_arbiter
 from calf_agent.evaluate import EpisodeLog, evaluate_sim
 from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
 from calf_agent.policy_runner import PolicyRunner
+from calf_core import progress as progress_bars
 from calf_core.envs import make_stepper
 from calf_core.errors import ConfigError
 from calf_core.events import ACTION, OBS, TICK, BusyPolicy, Event, EventQueue
@@ -33,14 +34,14 @@ from calf_core.timing import EpisodeSummary, ObsRecord, Stepper, applied_facts
 
 
 def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
-                       keep_samples: bool = False) -> dict[str, Any]:
+                       keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
     """The ``calf eval`` report of ``graph`` in virtual time; ``policy`` is a hierarchy for hierarchical."""
     if graph not in GRAPHS:
         raise ConfigError(f'unknown graph {graph!r}: choose one of {", ".join(GRAPHS)}')
     if graph == 'hierarchical':
-        return evaluate_hierarchy_sim(policy, profile, episodes, seed, keep_samples)
+        return evaluate_hierarchy_sim(policy, profile, episodes, seed, keep_samples, progress)
     link = load_profile(EDGE_NETWORK) if graph == 'flat_edge' else profile
-    report = evaluate_sim(policy, link, episodes, seed, keep_samples=keep_samples)
+    report = evaluate_sim(policy, link, episodes, seed, keep_samples=keep_samples, progress=progress)
     return {**report, 'network': profile.name, 'graph': graph}
 
 
@@ -141,14 +142,16 @@ class HierarchySim:
 
 
 def evaluate_hierarchy_sim(hierarchy_dir: Path | str, profile: Profile, episodes: int, seed: int,
-                           keep_samples: bool = False) -> dict[str, Any]:
+                           keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
     """Play ``episodes`` episodes of the hierarchy, its desktop side behind ``profile``."""
     hierarchy = load_hierarchy(hierarchy_dir)
     sim = HierarchySim(hierarchy, profile)
     log = EpisodeLog()
-    for index in range(episodes):
-        summary = sim.play(seed + index)
-        log.add(summary.episode_return, summary.length, summary.success, summary.e2e_ms)
+    with progress_bars.bar(episodes, 'episode', 'eval', allowed=progress) as bar:
+        for index in range(episodes):
+            summary = sim.play(seed + index)
+            log.add(summary.episode_return, summary.length, summary.success, summary.e2e_ms)
+            bar.update(1)
     log.obs_lost, log.actions_lost = sim.obs_lost, sim.actions_lost
     total = sum(sim.arbiter.forwarded.values()) or 1
     return log.report('sim', profile.name, keep_samples, policy=str(hierarchy_dir), seed=seed, graph='hierarchical',

@@ -43,6 +43,7 @@ from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
 from calf_agent.sac import SacConfig
 from calf_agent.seeding import seed_everything
 from calf_core import atomic
+from calf_core import progress as progress_bars
 from calf_core.task_spec import ALGOS
 
 CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'policy_loss',
@@ -210,8 +211,9 @@ class Episodes:
 class RunLog:
     """One run's ``progress.csv`` rows, TensorBoard scalars and progress bar."""
 
-    def __init__(self, log: csv.DictWriter, writer: SummaryWriter, bar: tqdm) -> None:
+    def __init__(self, log: csv.DictWriter, writer: SummaryWriter, bar: tqdm, total_steps: int) -> None:
         self._log, self._writer, self._bar = log, writer, bar
+        self._done, self._total = 0, total_steps
 
     def write(self, row: Mapping[str, float], steps: int) -> None:
         """Log ``row`` (its first field is the step) and advance the bar by ``steps``."""
@@ -219,20 +221,23 @@ class RunLog:
         fields = list(row)
         for key in fields[1:]:
             self._writer.add_scalar(f'charts/{key}', row[key], row[fields[0]])
+        self._done += steps
+        progress_bars.report(self._done, self._total)
         self._bar.update(steps)
         self._bar.set_postfix(ret=f'{row["episodic_return"]:.1f}', refresh=False)
 
 
 @contextmanager
 def run_log(out_dir: Path, fields: tuple[str, ...], total_steps: int, progress: bool) -> Iterator[RunLog]:
-    """Open ``out_dir``'s progress.csv (kept if interrupted), TensorBoard events and progress bar."""
+    """Open ``out_dir``'s progress.csv (kept if interrupted), TensorBoard events and progress bar over env
+    steps (``calf_core.progress`` decides whether it shows; ``progress=False`` never shows it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with (atomic.replacing(out_dir / 'progress.csv', 'w', newline='') as csv_file,
           SummaryWriter(str(out_dir / 'tb')) as writer,
-          tqdm(total=total_steps, unit='step', disable=not progress, dynamic_ncols=True) as bar):
+          progress_bars.bar(total_steps, 'step', allowed=progress) as bar):
         log = csv.DictWriter(csv_file, fields)
         log.writeheader()
-        yield RunLog(log, writer, bar)
+        yield RunLog(log, writer, bar, total_steps)
 
 
 def check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:

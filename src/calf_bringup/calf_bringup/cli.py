@@ -18,6 +18,7 @@ from calf_bringup import (
     cmd_worker,
 )
 from calf_bringup.cli_args import CalfParser
+from calf_core import progress
 from calf_core.errors import CalfError
 
 COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace,
@@ -29,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest='command', required=True)
     for command in COMMANDS:
         command.register(sub)
+    for command_parser in sub.choices.values():
+        command_parser.add_argument('--progress', action='store_true',
+                                    help='show progress bars on stderr even when it is not a terminal')
     return parser
 
 
@@ -48,6 +52,8 @@ def import_from_working_directory() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     import_from_working_directory()
     args = build_parser().parse_args(argv)
+    if args.progress:  # for this process and the ones it starts (calf_core.progress decides)
+        os.environ[progress.ENV] = '1'
     try:
         return int(args.func(args) or 0)
     except CalfError as err:  # one line, whatever the message holds (user code may raise a CalfError too)

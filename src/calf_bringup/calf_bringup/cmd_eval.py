@@ -84,6 +84,8 @@ def renamed(args: argparse.Namespace, new: str, old: str, default: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+    torch.set_num_threads(1)  # a batch of small forward passes: more threads only contend (10x slower when loaded)
     backend = renamed(args, 'backend', 'mode', 'sim')
     placement = renamed(args, 'placement', 'graph', 'flat_desktop')
     if backend == 'ros':
@@ -93,9 +95,10 @@ def run(args: argparse.Namespace) -> int:
 
         domain = choose_domain(args.domain_id, dict(os.environ), sys.stderr)
         report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
-                              graph=placement, domain_id=domain)
+                              graph=placement, domain_id=domain, progress=True)
     else:
-        report = {**evaluate_graph_sim(placement, args.policy, load_profile(args.network), args.episodes, args.seed),
+        report = {**evaluate_graph_sim(placement, args.policy, load_profile(args.network), args.episodes, args.seed,
+                                       progress=True),
                   'time_scale': None}  # virtual time: no wall clock to scale
     report = with_e2e_definitions(report, args.network, placement, args.seed)
     report['placement'] = placement  # 'graph' repeats it for readers of the previous release

@@ -5,7 +5,9 @@ A cell is one training run followed by its evaluations. Its outputs are files un
 so rerunning the same command with the same ``--out`` skips it. Cells run on an executor: a local
 process pool (the default) or Ray tasks (``calf_bringup.experiment_ray``). A cell that fails is
 retried once; a cell that fails twice is reported as failed with its error while the rest complete.
-Each attempt's output goes to ``OUT/logs/TABLE/CELL.log``.
+Each attempt's output goes to ``OUT/logs/TABLE/CELL.log``. The progress bar counts cells, the
+running ones by the env steps they have trained (reported through ``OUT/logs/TABLE/CELL.progress``
+when the cell's process can write there: not on a Ray cluster without ``--shared-out``).
 """
 from __future__ import annotations
 
@@ -24,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tqdm import tqdm
+from calf_core import progress as progress_bars
 
 ATTEMPTS = 2  # a cell that fails this many times is reported as failed
 CPUS_PER_CELL = 1  # each cell trains with one torch thread; a Ray task declares as many CPUs
+POLL_S = 1.0  # how often the bar reads the running cells' progress while none finishes
+TRAINED_SHARE = 0.9  # of a cell's work, its training (the rest: its evaluations)
 
 CellFn = Callable[[Path], dict[str, Any]]  # cache folder -> {report key: report}
 
@@ -66,19 +70,27 @@ class Executor(Protocol):
 
     def submit(self, fn: Callable[..., dict[str, Any]], *args: Any) -> Any: ...
 
-    def wait(self, handles: list[Any]) -> list[tuple[Any, dict[str, Any] | BaseException]]: ...
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
+        """The handles that finished, waiting at most ``timeout`` seconds for one (none if none did)."""
+        ...
 
     def close(self) -> None: ...
 
 
-def execute_cell(run: CellFn, cache: str | None, inputs: dict[str, bytes], threads: int) -> dict[str, Any]:
+def execute_cell(run: CellFn, cache: str | None, inputs: dict[str, bytes], threads: int,
+                 progress_file: str | None = None) -> dict[str, Any]:
     """Run one cell in a worker; never raises for the cell's own errors.
 
     With ``cache`` (shared storage) the cell writes there. Without it, the cell works in a temporary
-    folder seeded with ``inputs`` and returns every file it wrote, so that they reach the head.
+    folder seeded with ``inputs`` and returns every file it wrote, so that they reach the head. Its
+    training reports its env steps to ``progress_file``, if given (``calf_core.progress.report``).
     """
     import torch
     torch.set_num_threads(threads)
+    if progress_file:
+        os.environ[progress_bars.FILE_ENV] = progress_file
+    else:
+        os.environ.pop(progress_bars.FILE_ENV, None)
     started, cpu, log = time.monotonic(), time.process_time(), io.StringIO()
     result: dict[str, Any] = {'node': platform.node(), 'pid': os.getpid(), 'error': ''}
     with contextlib.ExitStack() as stack:
@@ -146,8 +158,8 @@ class LocalExecutor:
     def submit(self, fn: Callable[..., dict[str, Any]], *args: Any) -> Future:
         return self._pool.submit(fn, *args)
 
-    def wait(self, handles: list[Future]) -> list[tuple[Future, dict[str, Any] | BaseException]]:
-        finished, _ = wait(handles, return_when=FIRST_COMPLETED)
+    def wait(self, handles: list[Future], timeout: float) -> list[tuple[Future, dict[str, Any] | BaseException]]:
+        finished, _ = wait(handles, timeout, return_when=FIRST_COMPLETED)
         results = [(f, f.exception() or f.result()) for f in finished]
         if any(isinstance(r, BrokenProcessPool) for _, r in results):  # a worker was killed: start afresh
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -164,17 +176,22 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
     outcomes = {c.key: CellOutcome('cached', _reports(cache, c)) for c in cells if _finished(cache, c)}
     waiting = [c for c in cells if c.key not in outcomes]
     in_flight: dict[Any, tuple[Cell, int]] = {}
-    with tqdm(total=len(cells), initial=len(outcomes), desc=desc, unit='cell') as bar:
+    with progress_bars.bar(len(cells), 'cell', desc, initial=len(outcomes)) as bar:
         def show() -> None:
             failed = sum(o.status == 'failed' for o in outcomes.values())
-            bar.set_postfix(running=min(len(in_flight), executor.slots), done=len(outcomes) - failed,
-                            failed=failed, refresh=False)
+            steps = [r for r in (progress_bars.read_report(_progress_file(logs, c)) for c, _ in in_flight.values()) if r]
+            shares = sum(TRAINED_SHARE * min(done / total, 1.0) for done, total in steps)
+            bar.update(max(0.0, len(outcomes) + shares - bar.n))  # the ETA is tqdm's, from this rate
+            bar.set_postfix(running=min(len(in_flight), executor.slots), done=len(outcomes) - failed, failed=failed,
+                            **({'steps': f'{sum(d for d, _ in steps)}/{sum(t for _, t in steps)}'} if steps else {}),
+                            refresh=False)
             bar.refresh()
 
         def submit(cell: Cell, attempt: int) -> None:
             shared = None if executor.ships_files else str(cache.resolve())
             inputs = _read_inputs(cache, cell) if executor.ships_files else {}
-            handle = executor.submit(execute_cell, cell.run, shared, inputs, CPUS_PER_CELL)
+            reports = None if executor.ships_files else str(_progress_file(logs, cell).resolve())
+            handle = executor.submit(execute_cell, cell.run, shared, inputs, CPUS_PER_CELL, reports)
             in_flight[handle] = (cell, attempt)
 
         while waiting or in_flight:
@@ -182,12 +199,12 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
                 waiting.remove(cell)
                 if cell.after and outcomes[cell.after].status == 'failed':
                     outcomes[cell.key] = CellOutcome('failed', error=f'needs cell {cell.after}, which failed')
-                    bar.update(1)
                 else:
                     submit(cell, 1)
             show()
-            for handle, result in executor.wait(list(in_flight)) if in_flight else ():
+            for handle, result in executor.wait(list(in_flight), POLL_S) if in_flight else ():
                 cell, attempt = in_flight.pop(handle)
+                _progress_file(logs, cell).unlink(missing_ok=True)
                 if isinstance(result, BaseException):
                     result = {'error': f'{type(result).__name__}: {result}', 'log': '', 'node': '', 'seconds': 0.0}
                 _append_log(logs / f'{cell.key}.log', attempt, result)
@@ -204,9 +221,12 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
                     error = result['error'] or 'finished without writing its reports'
                     outcomes[cell.key] = CellOutcome('failed', error=error.strip().splitlines()[-1],
                                                      attempts=attempt, node=result['node'])
-                bar.update(1)
             show()
     return outcomes
+
+
+def _progress_file(logs: Path, cell: Cell) -> Path:
+    return logs / f'{cell.key}.progress'
 
 
 def _finished(cache: Path, cell: Cell) -> bool:

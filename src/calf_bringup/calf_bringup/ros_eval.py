@@ -40,6 +40,7 @@ from calf_agent.hierarchy import load_hierarchy
 from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
 from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph
+from calf_core import progress as progress_bars
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import CalfError, ConfigError
 from calf_core.profiles import load_profile
@@ -137,9 +138,9 @@ def evaluation_timeout_s(env: str, episodes: int, time_scale: float) -> float:
 
 def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int, time_scale: float = 1.0,
                  output: TextIO | None = None, graph: str = 'flat_desktop', keep_samples: bool = False,
-                 domain_id: int | None = None) -> dict[str, Any]:
+                 domain_id: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of the checkpoint through env node -> shim(``network``) -> policy node
-    (or the nodes ``graph`` places).
+    (or the nodes ``graph`` places); ``progress``: a bar over the counted episodes (``calf_core.progress``).
 
     The graph runs in ``domain_id``, by default one derived from this process's id, so that two
     evaluations on one machine do not hear each other."""
@@ -168,8 +169,12 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
             first = listener.first_counted()
             counted = range(first, first + episodes)
             before = _fresh_counters(spin, listener) if with_shim else dict.fromkeys(DIRECTIONS, 0)
-            spin(lambda: listener.has(counted), evaluation_timeout_s(env, episodes, time_scale),
-                 f'{episodes} episodes')
+            with progress_bars.bar(episodes, 'episode', 'eval', allowed=progress) as bar:
+                def all_counted() -> bool:
+                    done = listener.has(counted)
+                    bar.update(sum(seq in listener.results for seq in counted) - bar.n)
+                    return done
+                spin(all_counted, evaluation_timeout_s(env, episodes, time_scale), f'{episodes} episodes')
             after = _fresh_counters(spin, listener) if with_shim else before
         log = EpisodeLog()
         for seq in counted:

@@ -1,0 +1,54 @@
+"""Progress bars: whether one shows, the bar itself, and a step count for a parent process to read.
+
+Every command's bars come from here. A bar goes to stderr and shows when stderr is a terminal, so
+logs and CI stay clean; ``--progress`` (``CALF_PROGRESS=1``) shows bars anyway, ``CALF_PROGRESS=0``
+hides them. A caller passing ``allowed=False`` (``--quiet``, a cell of an experiment) never shows one.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+ENV = 'CALF_PROGRESS'
+"""``1``: show bars even when stderr is not a terminal; ``0``: never show them."""
+FILE_ENV = 'CALF_PROGRESS_FILE'
+"""When set, training writes ``DONE TOTAL`` (env steps) to this file as it goes (see ``report``)."""
+
+
+def enabled(allowed: bool = True) -> bool:
+    """Whether a bar shows: ``allowed``, and CALF_PROGRESS=1 or (unless it is 0) stderr is a terminal."""
+    setting = os.environ.get(ENV, '').strip()
+    if not allowed or setting == '0':
+        return False
+    return setting == '1' or sys.stderr.isatty()
+
+
+def bar(total: float | None, unit: str, desc: str | None = None, allowed: bool = True, initial: float = 0) -> tqdm:
+    """A tqdm bar on stderr, disabled unless ``enabled(allowed)``; its ETA is tqdm's."""
+    return tqdm(total=total, unit=unit, desc=desc, initial=initial, disable=not enabled(allowed), file=sys.stderr,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+def report(done: int, total: int) -> None:
+    """Write ``done`` of ``total`` steps to the file CALF_PROGRESS_FILE names, if any (replaced whole)."""
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return
+    temp = f'{path}.{os.getpid()}.tmp'
+    try:
+        Path(temp).write_text(f'{int(done)} {int(total)}\n')
+        os.replace(temp, path)
+    except OSError:  # progress is best effort: a full disk must not stop the training
+        pass
+
+
+def read_report(path: Path) -> tuple[int, int] | None:
+    """``(done, total)`` from a file ``report`` wrote, or None if it is absent or unreadable."""
+    try:
+        done, total = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return (done, total) if total > 0 else None
