@@ -55,16 +55,27 @@ def _kill(pids: set[int]) -> None:
             pass
 
 
+def user_env(home: Path) -> dict[str, str]:
+    """This process's environment as a user's shell has it: HOME set, no RAY_AUTH_* variables."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith('RAY_AUTH')},
+            'HOME': str(home), 'RAY_USAGE_STATS_ENABLED': '0'}
+
+
 class LocalRayCluster:
     """A head node and worker nodes, each started by `ray start` on ``HOST`` with its own ports."""
 
-    def __init__(self, cpus_per_node: int = 1) -> None:
+    def __init__(self, cpus_per_node: int = 1, home: Path | None = None) -> None:
+        """With ``home``, the nodes start as a user starts them: that HOME, and no RAY_AUTH_* variables
+        (Ray turns token authentication on when it finds ``home/.ray/auth_token``)."""
         self.cpus = cpus_per_node
         self.temp_dir = Path(tempfile.mkdtemp(prefix='calfray'))  # short: Ray's socket paths must fit
         self.port = free_port()
         self.address = f'{HOST}:{self.port}'
-        self.env = {**os.environ, 'RAY_USAGE_STATS_ENABLED': '0', 'RAY_AUTH_MODE': 'token',
-                    'RAY_AUTH_TOKEN': secrets.token_hex(16)}
+        if home is None:
+            self.env = {**os.environ, 'RAY_USAGE_STATS_ENABLED': '0', 'RAY_AUTH_MODE': 'token',
+                        'RAY_AUTH_TOKEN': secrets.token_hex(16)}
+        else:
+            self.env = user_env(home)
         self.node_ports: list[int] = []
 
     def _start(self, *args: str) -> int:

@@ -18,7 +18,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from ray_cluster import LocalRayCluster
+from ray_cluster import LocalRayCluster, user_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200),  # several experiments on a loaded machine
               pytest.mark.skipif(find_spec('ray') is None,
@@ -135,6 +135,30 @@ def test_a_worker_node_killed_mid_cell_and_the_table_still_completes(cluster: Lo
     assert retried, runs  # the killed cell ran again elsewhere
     log = (tmp_path / 'logs' / 'table6' / f'{retried[0]}.log').read_text()
     assert '=== attempt 1' in log and 'failed' in log.split('=== attempt 2')[0]
+
+
+def test_the_recipe_as_a_new_user_runs_it(tmp_path: Path) -> None:
+    """`--cluster ray:local` writes a token and says so; `ray start --head` then finds that token and turns
+    token authentication on, and joining it by address works with nothing else set. A wrong token is one
+    line naming what to do."""
+    home = tmp_path / 'home'
+    home.mkdir()
+    env, token = user_env(home), home / '.ray' / 'auth_token'
+    small = ['experiment', '--env', 'cartpole', '--seeds', '1', '--steps', '2048', '--episodes', '1']
+    local = calf(env, *small, '--cluster', 'ray:local', '--out', tmp_path / 'local')
+    assert token.is_file() and f'Ray wrote a new authentication token to {token}' in local.stderr
+    cluster = LocalRayCluster(home=home).start()
+    try:
+        joined = calf(env, *small, '--cluster', f'ray:{cluster.address}', '--out', tmp_path / 'joined')
+        wrong = calf({**env, 'RAY_AUTH_TOKEN': 'not-the-token'}, *small, '--cluster', f'ray:{cluster.address}',
+                     '--out', tmp_path / 'wrong', check=False)
+    finally:
+        cluster.close()
+    assert 'Ray wrote' not in joined.stderr
+    table = next((tmp_path / 'local').glob('env_*.json')).name
+    assert json.loads((tmp_path / 'joined' / table).read_text())['cells'] == json.loads(
+        (tmp_path / 'local' / table).read_text())['cells']
+    assert wrong.returncode == 2 and 'ray get-auth-token' in wrong.stderr.splitlines()[-1], wrong.stderr[-3000:]
 
 
 def test_cluster_address_without_a_cluster_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from calf_bringup.experiment_cells import CPUS_PER_CELL
 from calf_core.errors import ConfigError
 
 INSTALL = 'pip install -r requirements-ray.lock'
+DEFAULT_TOKEN = Path.home() / '.ray' / 'auth_token'
+"""Where Ray looks for its authentication token last, and where it writes one for a cluster it starts."""
 PROBE_TIMEOUT_S = 5.0
 """How long the head's address may take to accept a connection, then to answer as a gRPC server."""
 HTTP2_PREFACE = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'\x00\x00\x00\x04\x00\x00\x00\x00\x00'
@@ -40,6 +44,10 @@ class RayExecutor:
     def __init__(self, address: str, shared: bool = False) -> None:
         if address == 'local':  # Ray's single-machine mode: every address on the loopback interface
             os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')
+        if address not in ('auto', 'local') and 'RAY_AUTH_MODE' not in os.environ and has_token():
+            # `ray start --head` turns token authentication on when it finds a token, but Ray's client uses
+            # one for an explicit address only with RAY_AUTH_MODE=token, which Ray reads when imported.
+            os.environ['RAY_AUTH_MODE'] = 'token'
         try:
             import ray
         except ImportError:
@@ -47,12 +55,17 @@ class RayExecutor:
         self._ray = ray
         if address not in ('auto', 'local'):
             _probe(address)
+        had_token = DEFAULT_TOKEN.is_file()
         try:  # a cell's output goes to its log under --out, not to this terminal
             ray.init(address=None if address == 'local' else address, log_to_driver=False,
                      include_dashboard=False if address == 'local' else None)
-        except ConnectionError as err:
-            raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): start one with `ray start --head`, '
-                              'or give this machine its token (~/.ray/auth_token or RAY_AUTH_TOKEN)') from None
+        except (ConnectionError, ray.exceptions.AuthenticationError) as err:
+            raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): if its head uses token '
+                              'authentication, run `ray get-auth-token` there and put its output in '
+                              f'{DEFAULT_TOKEN} (or RAY_AUTH_TOKEN) on this machine') from None
+        if not had_token and DEFAULT_TOKEN.is_file():
+            print(f'Ray wrote a new authentication token to {DEFAULT_TOKEN}: it guards the cluster started here, '
+                  'and `ray start --head` on this machine will use it too', file=sys.stderr)
         self.ships_files = not shared
         self.slots = max(1, int(ray.cluster_resources().get('CPU', 1) // CPUS_PER_CELL))
         # Retries are the scheduler's (experiment_cells.ATTEMPTS), the same as in the local pool.
@@ -61,8 +74,8 @@ class RayExecutor:
     def submit(self, fn: Callable[..., dict[str, Any]], *args: Any) -> Any:
         return self._task.remote(fn, *args)
 
-    def wait(self, handles: list[Any]) -> list[tuple[Any, dict[str, Any] | BaseException]]:
-        ready, _ = self._ray.wait(handles, num_returns=1)
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, dict[str, Any] | BaseException]]:
+        ready, _ = self._ray.wait(handles, num_returns=1, timeout=timeout)
         results: list[tuple[Any, dict[str, Any] | BaseException]] = []
         for ref in ready:
             try:
@@ -99,6 +112,19 @@ def _probe(address: str) -> None:
         raise ConfigError(f'what listens at {address!r} is not a Ray cluster (no gRPC answer within '
                           f'{PROBE_TIMEOUT_S:g} s): give the address `ray start --head` printed (port 6379 by '
                           'default)')
+
+
+def has_token() -> bool:
+    """Whether Ray finds an authentication token here: RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH names,
+    or ~/.ray/auth_token."""
+    if os.environ.get('RAY_AUTH_TOKEN', '').strip():
+        return True
+    path = os.environ.get('RAY_AUTH_TOKEN_PATH')
+    token = Path(path).expanduser() if path else DEFAULT_TOKEN
+    try:
+        return bool(token.read_text().strip())
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def experiment_cell(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
