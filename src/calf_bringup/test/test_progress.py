@@ -129,3 +129,13 @@ def test_enabled_follows_the_terminal_and_the_setting(monkeypatch: pytest.Monkey
     monkeypatch.setenv(progress.ENV, '1')
     monkeypatch.setattr(sys, 'stderr', io.StringIO())
     assert progress.enabled() and not progress.enabled(allowed=False)
+
+
+@pytest.mark.slow
+def test_the_sb3_example_shows_its_steps_and_episodes() -> None:
+    example = Path(__file__).resolve().parents[3] / 'examples' / 'sb3_ppo.py'
+    done = subprocess.run([sys.executable, str(example), '--steps', '256', '--n-steps', '32', '--envs', '2',
+                           '--episodes', '2', '--progress'], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)['steps'] >= 256
+    assert 'train: 100%' in done.stderr and '256/256' in done.stderr and 'eval: 100%' in done.stderr, done.stderr[-2000:]
