@@ -162,6 +162,8 @@ class BatchLink:
             batched = isinstance(stage, IndependentStage) or (isinstance(stage, _STATEFUL) and not copies)
             self._stages.append(stage if batched else [stage, *(build_stage(spec) for _ in range(num_envs - 1))])
             copies = copies or not isinstance(stage, SingleCopyStage)
+        self.copies = copies
+        """Whether a message may arrive more than once (a duplicate stage): ``send`` then sorts the copies."""
         # per-env state of batched stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started.
         # It runs on across episodes, as a Link's does.
         self._states = [np.full(num_envs, -1, np.int64) for _ in self._stages]
@@ -186,8 +188,9 @@ class BatchLink:
             else:
                 kept = ~self._apply(stage, state, idx[pos], arrive)
                 pos, sent, arrive = pos[kept], sent[kept], arrive[kept]
-        order = np.lexsort((arrive, pos))
-        pos, arrive = pos[order], arrive[order]
+        if self.copies:  # without copies ``pos`` stays sorted, one row a message
+            order = np.lexsort((arrive, pos))
+            pos, arrive = pos[order], arrive[order]
         if not self._reorder and pos.size:  # FIFO: no copy before a copy of the env's previous message
             envs = idx[pos]
             arrive = np.maximum(arrive, self._last_arrive[envs])
@@ -243,9 +246,11 @@ def _each(stages: list[Any], envs: np.ndarray, pos: np.ndarray, sent: np.ndarray
     return np.array(out_pos, np.int64), np.array(out_sent), np.array(out_arrive)
 
 
-def _rounds(pos: np.ndarray) -> list[np.ndarray]:
+def _rounds(pos: np.ndarray, copies: bool) -> list[Any]:
     """Of sorted positions ``pos`` (a message's copies side by side), the indices of each message's first copies,
-    then of its second copies, ...: each round names every message at most once."""
+    then of its second copies, ...: each round names every message at most once. Without ``copies``, one round."""
+    if not copies:
+        return [slice(None)]
     if not pos.size:
         return []
     first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
@@ -581,7 +586,7 @@ class VectorNetworkedEnv(VectorEnv):
         pos, arrive_ns = self.uplink.send(idx, (origin + seq * self._dt_ns) / 1e9, self._obs_bytes)
         self._obs_lost[idx[_lost(pos, len(idx))]] += 1
         arrive_ns = np.minimum(arrive_ns - origin[pos], _NEVER - 1)  # a heavy tail's draw beyond 39 h: never
-        for copies in _rounds(pos):
+        for copies in _rounds(pos, self.uplink.copies):
             at = pos[copies]
             self._obs_key, slot = _insert(self._obs_key, idx[at], arrive_ns[copies] << _SEQ_BITS | seq[at])
             self._obs_data = _fit(self._obs_data, self._obs_key.shape[1])
@@ -598,7 +603,7 @@ class VectorNetworkedEnv(VectorEnv):
         pos, arrive_ns = self.downlink.send(idx, (origin + send_ns) / 1e9, self._action_bytes)
         self._actions_lost[idx[_lost(pos, len(idx))]] += 1
         arrive_ns = np.minimum(arrive_ns - origin[pos], _NEVER - 1)
-        for copies in _rounds(pos):
+        for copies in _rounds(pos, self.downlink.copies):
             at = pos[copies]
             envs = idx[at]
             self._act_key, slot = _insert(self._act_key, envs, arrive_ns[copies] << _SEQ_BITS | self._decision_seq[envs])

@@ -1,0 +1,96 @@
+"""The vector NetworkedEnv's throughput against the same bare vector env, under a profile with stalls.
+
+Rows (all under ``--network``, default wifi_degraded):
+
+- CartPole, ``--envs`` envs (16): ``VectorNetworkedCartPole`` (CartPole physics in numpy) and
+  ``gym.make_vec('calf/Networked-v0', env='CartPole-v1')`` (gymnasium's CartPole stepped one by one),
+  against gymnasium's own vector CartPole (``gym.make_vec('CartPole-v1', vectorization_mode='vector_entry_point')``);
+- CartPole, ``--many`` envs (256): ``VectorNetworkedCartPole`` agent steps/s (goal >= 1,000,000);
+- HalfCheetah-v5, ``--envs`` envs: ``gym.make_vec('calf/Networked-v0', env='HalfCheetah-v5')`` (in this process)
+  against gymnasium's ``AsyncVectorEnv`` of bare HalfCheetahs (subprocesses, both cores) and its
+  ``SyncVectorEnv`` (one core).
+
+Throughput is env ticks per second of wall-clock time (``info['ticks']`` summed for the networked env, one per
+env and step for the bare ones; the async env's work is in its subprocesses, so CPU time of this process would
+not count it), random actions, medians over ``--repeats``; each repeat measures every row back to back.
+
+    python bench/bench_vector_networked.py [--seconds 3] [--repeats 3] [--envs 16] [--many 256]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+import calf_core
+from calf_core.profiles import load_profile
+from calf_core.vector_networked import VectorNetworkedCartPole
+
+
+def ticks_per_s(make: Callable[[], gym.vector.VectorEnv], seconds: float) -> tuple[float, float]:
+    """(env ticks per second, agent steps per second) of random actions for ``seconds`` of wall-clock time."""
+    envs = make()
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    actions = [envs.action_space.sample() for _ in range(64)]
+    ticks = steps = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        info = envs.step(actions[steps % 64])[4]
+        ticks += int(np.sum(info['ticks'])) if 'ticks' in info else envs.num_envs
+        steps += 1
+    envs.close()
+    return ticks / elapsed, steps * envs.num_envs / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--seconds', type=float, default=3.0)
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--envs', type=int, default=16)
+    parser.add_argument('--many', type=int, default=256)
+    parser.add_argument('--network', default='wifi_degraded')
+    args = parser.parse_args()
+    n, net = args.envs, args.network
+    profile = load_profile(net)
+    rows: dict[str, Callable[[], gym.vector.VectorEnv]] = {
+        f'CartPole bare vector x{n}': lambda: gym.make_vec('CartPole-v1', n, vectorization_mode='vector_entry_point'),
+        f'VectorNetworkedCartPole x{n}': lambda: VectorNetworkedCartPole(n, profile),
+        f'make_vec CartPole-v1 x{n}': lambda: gym.make_vec(calf_core.ENV_ID, n, env='CartPole-v1', network=net),
+        f'VectorNetworkedCartPole x{args.many}': lambda: VectorNetworkedCartPole(args.many, profile),
+    }
+    if importlib.util.find_spec('mujoco') is not None:
+        rows.update({
+            f'HalfCheetah bare async x{n}': lambda: gym.make_vec('HalfCheetah-v5', n, vectorization_mode='async'),
+            f'HalfCheetah bare sync x{n}': lambda: gym.make_vec('HalfCheetah-v5', n, vectorization_mode='sync'),
+            f'make_vec HalfCheetah-v5 x{n}': lambda: gym.make_vec(calf_core.ENV_ID, n, env='HalfCheetah-v5',
+                                                                 network=net),
+        })
+    measured: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+    for _ in range(args.repeats):
+        for name, make in rows.items():
+            measured[name].append(ticks_per_s(make, args.seconds))
+    median = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+              for name, runs in measured.items()}
+    print(f'network {net}, wall-clock, medians of {args.repeats} x {args.seconds:g} s')
+    print(f'{"vector env":<34}{"ticks/s":>12}{"agent steps/s":>15}')
+    for name, (ticks, steps) in median.items():
+        print(f'{name:<34}{ticks:>12,.0f}{steps:>15,.0f}')
+    bare_cp = median[f'CartPole bare vector x{n}'][0]
+    print(f'\nCartPole x{n}: VectorNetworkedCartPole {median[f"VectorNetworkedCartPole x{n}"][0] / bare_cp:.2f}x, '
+          f'make_vec {median[f"make_vec CartPole-v1 x{n}"][0] / bare_cp:.2f}x the bare vector env (goal >= 0.9x)')
+    many = median[f'VectorNetworkedCartPole x{args.many}'][1]
+    print(f'CartPole x{args.many}: {many:,.0f} agent steps/s (goal >= 1,000,000)')
+    if f'make_vec HalfCheetah-v5 x{n}' in median:
+        net_hc = median[f'make_vec HalfCheetah-v5 x{n}'][0]
+        print(f'HalfCheetah x{n}: {net_hc / median[f"HalfCheetah bare async x{n}"][0]:.2f}x the bare async env, '
+              f'{net_hc / median[f"HalfCheetah bare sync x{n}"][0]:.2f}x the bare sync env (goal >= 0.9x async)')
+
+
+if __name__ == '__main__':
+    main()
