@@ -10,6 +10,8 @@ A profile file (a built-in one is ``calf_core/networks/<name>.yaml``) looks like
     uplink:                      # env -> policy: a list of stage specs
       - {model: lognormal_delay, median_ms: 10, sigma: 0.5}
     downlink: same               # policy -> env: 'same' or a list of stage specs
+    shared:                      # optional: one process both directions meet (after their own stages)
+      - {model: stall, duration_ms: 200, period_ms: {dist: uniform, low: 3000, high: 5000}}
 
 Every key, stage and unit is in ``calf_core.profile_schema`` (``calf profile schema``), which
 validates the whole file before any link is built. Files are recognised as network profiles by
@@ -20,14 +22,16 @@ series in the compact form).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from calf_core.errors import ConfigError
-from calf_core.link import Link
+from calf_core.errors import ConfigError, shown
+from calf_core.link import Link, SharedProcess
 from calf_core.models import build_stage
 from calf_core.profile_schema import (
     DIRECTION_KEYS,
@@ -35,6 +39,7 @@ from calf_core.profile_schema import (
     MAX_YAML_PROFILE_BYTES,
     PROFILE_KEYS,
     check_profile_keys,
+    check_shared_stage,
     check_stage,
 )
 from calf_core.traces import Trace, is_bag_path, replay_profile_dict
@@ -52,7 +57,7 @@ class Reorder(NamedTuple):
 
 @dataclass(frozen=True)
 class Profile:
-    """A validated network profile: one stage chain per direction."""
+    """A validated network profile: one stage chain per direction, and the stages both directions share."""
 
     name: str
     description: str
@@ -61,13 +66,21 @@ class Profile:
     downlink: tuple[dict, ...]  # stage specs, policy -> env
     reorder: Reorder
     defaults: tuple[str, ...] = ()  # the top-level keys the file left out (their defaults apply)
+    shared: tuple[dict, ...] = ()  # stage specs both directions meet as one process, after their own stages
+
+    def make_shared(self) -> SharedProcess | None:
+        """A fresh process of the shared stages (None without any): one per link, met by both directions."""
+        return SharedProcess([build_stage(spec) for spec in self.shared]) if self.shared else None
 
     def make_links(self, rng: np.random.Generator) -> tuple[Link, Link]:
-        """Build fresh (uplink, downlink) links, each with its own child generator spawned from rng."""
+        """Build fresh (uplink, downlink) links, each with its own child generator spawned from rng; with
+        shared stages, both end in the same ``SharedProcess``."""
         up_rng, down_rng = rng.spawn(2)
+        shared = self.make_shared()
+        ends = ([shared.end(0)], [shared.end(1)]) if shared is not None else ([], [])
         return (
-            Link([build_stage(spec) for spec in self.uplink], up_rng, self.reorder.uplink),
-            Link([build_stage(spec) for spec in self.downlink], down_rng, self.reorder.downlink),
+            Link([*(build_stage(spec) for spec in self.uplink), *ends[0]], up_rng, self.reorder.uplink),
+            Link([*(build_stage(spec) for spec in self.downlink), *ends[1]], down_rng, self.reorder.downlink),
         )
 
 
@@ -130,6 +143,12 @@ def profile_from_dict(data: dict, name: str) -> Profile:
     values = check_profile_keys(data, name)
     uplink = _stage_specs(name, "uplink", values["uplink"])
     downlink = uplink if values["downlink"] == "same" else _stage_specs(name, "downlink", values["downlink"])
+    shared = _stage_specs(name, "shared", values.get("shared", []))
+    for i, spec in enumerate(shared):
+        try:
+            check_shared_stage(spec)
+        except ConfigError as err:
+            raise ConfigError(f"profile {name!r} shared[{i}]: {err}") from None
     return Profile(
         name=str(name),
         description=values.get("description", ""),
@@ -137,8 +156,12 @@ def profile_from_dict(data: dict, name: str) -> Profile:
         uplink=uplink,
         downlink=downlink,
         reorder=Reorder(*(values["reorder"][d] for d in DIRECTION_KEYS)),
-        defaults=tuple(key.name for key in PROFILE_KEYS if key.name not in data),
+        defaults=tuple(key.name for key in PROFILE_KEYS if key.name not in data and key.default is not None),
+        shared=shared,
     )
+
+MAX_NAME_BYTES = 255
+"""The longest file name (one path component) a file system takes."""
 
 
 def available_profiles() -> list[str]:
@@ -149,6 +172,9 @@ def available_profiles() -> list[str]:
 def load_profile(name_or_path: str | Path, mode: str = 'random_offset') -> Profile:
     """The network behind ``--network``, everywhere CALF takes one: a built-in profile's bare name, a
     .yaml/.yml/.json profile file, or a trace bag (its replay profile: see ``trace_profile``)."""
+    if any(len(part.encode()) > MAX_NAME_BYTES for part in Path(name_or_path).parts):
+        raise ConfigError(f'network {shown(str(name_or_path))} has a name longer than {MAX_NAME_BYTES} bytes: give '
+                          f'a built-in profile name, a profile file or a trace bag')
     if is_bag_path(name_or_path):
         from calf_core.bags import read_trace_bag  # rosbags is needed for bags only
 
@@ -181,9 +207,10 @@ def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2ESt
         raise ValueError(f"sample_e2e: n must be >= 1, got {n}")
     compute_s = profile.compute_ms / 1e3
     uplink, downlink = profile.make_links(np.random.default_rng(seed))
-    obs_arrivals = _uplink_arrivals(uplink, n, dt_s)
+    delivered = 0
     e2e_ms = []
-    for arrive_s, send_s in obs_arrivals:
+    for arrive_s, send_s in _uplink_arrivals(uplink, n, dt_s):
+        delivered += 1
         arrivals = downlink.transmit(arrive_s + compute_s)
         if arrivals:
             e2e_ms.append((arrivals[0] - send_s) * 1e3)
@@ -192,25 +219,30 @@ def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2ESt
     return E2EStats(
         all_messages=_latency(e2e_ms),
         acted_on=_latency(acted),
-        obs_loss=1.0 - len(obs_arrivals) / n,
-        action_loss=1.0 - len(e2e_ms) / len(obs_arrivals) if obs_arrivals else math.nan,
+        obs_loss=1.0 - delivered / n,
+        action_loss=1.0 - len(e2e_ms) / delivered if delivered else math.nan,
         round_trip_loss=1.0 - len(e2e_ms) / n,
         n=n,
     )
 
 
-def _uplink_arrivals(uplink: Link, n: int, dt_s: float) -> list[tuple[float, float]]:
-    """(first arrival, send time) of each delivered observation, in arrival order."""
-    out = []
+def _uplink_arrivals(uplink: Link, n: int, dt_s: float) -> Iterator[tuple[float, float]]:
+    """(first arrival, send time) of each delivered observation, in arrival order. Each arrival is handed out
+    before any later observation is sent, so the caller's downlink sends interleave with the uplink's in time
+    order, as in a run (a shared process sees both directions go forward together)."""
+    pending: list[tuple[float, float]] = []
     for k in range(n):
-        arrivals = uplink.transmit(k * dt_s)
+        send_s = k * dt_s
+        while pending and pending[0][0] <= send_s:  # no observation sent from now on arrives before it
+            yield heappop(pending)
+        arrivals = uplink.transmit(send_s)
         if arrivals:
-            out.append((arrivals[0], k * dt_s))
-    out.sort()
-    return out
+            heappush(pending, (arrivals[0], send_s))
+    while pending:
+        yield heappop(pending)
 
 
-def _acted_on_e2e_ms(obs_arrivals: list[tuple[float, float]], downlink: Link, compute_s: float) -> list[float]:
+def _acted_on_e2e_ms(obs_arrivals: Iterable[tuple[float, float]], downlink: Link, compute_s: float) -> list[float]:
     """E2E of the actions a CALF policy sends: it acts only on observations newer than the last one it
     acted on, and while computing keeps only the newest arrival (as NetworkedEnv's policy side does)."""
     e2e_ms: list[float] = []

@@ -284,3 +284,9 @@ def test_compact_series_refuse_bad_values_with_one_line() -> None:
         build_stage({**base, 'delays_ms': '1 2', 'lost': '010'})
     stage = build_stage({**base, 'delays_ms': ' 1\n2.5\t3 ', 'lost': '010'})
     assert stage.delays_s.tolist() == [0.001, 0.0, 0.003] and stage.lost.tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize('name', ['x' * 300, '/tmp/' + 'y' * 300 + '.yaml', 'z' * 300 + '.mcap'])
+def test_a_network_name_longer_than_a_file_name_is_one_line(name: str) -> None:
+    with pytest.raises(ConfigError, match='longer than 255 bytes'):
+        load_profile(name)
