@@ -42,6 +42,8 @@ from calf_ros.qos import RESULTS
 SCALE = 4.0
 LIVE_TIMEOUT_S = 60.0
 SAMPLING_ERROR = 0.15  # of an E2E percentile over 20 episodes, relative
+MISSED_DEADLINES = re.compile(r'(\d+) of (\d+) tick deadlines missed')  # the env node's line after each episode
+MAX_MISSED_SHARE = 0.01  # beyond, the host's load, not the graph, decides how the live episodes go
 
 
 @pytest.fixture(scope='module')
@@ -248,7 +250,8 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
         for backend in ('sim', 'ros'):
             ros_only = ['--domain-id', str(domain)] if backend == 'ros' else []
             assert cli.main([*common, '--backend', backend, '--time-scale', '1', *ros_only]) == 0
-            reports[backend] = json.loads(capsys.readouterr().out)
+            out, log = capsys.readouterr()
+            reports[backend] = json.loads(out)
     finally:
         results.close()
         spinner.join(timeout=5)
@@ -259,6 +262,10 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in env_results[:3]), env_results[:3]
     assert set(sim) == set(ros)
     assert (sim['backend'], ros['backend'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
+    missed, ticks = map(int, MISSED_DEADLINES.findall(log)[-1])  # the env node's line after the last episode
+    if missed > MAX_MISSED_SHARE * ticks:
+        pytest.skip(f'the live graph missed {missed} of {ticks} tick deadlines (load average {os.getloadavg()[0]:.1f} '
+                    f'on {os.cpu_count()} CPUs): beyond what a comparison of returns and latencies can judge')
     low_sim, high_sim = confidence_interval(sim['returns'])
     low_ros, high_ros = confidence_interval(ros['returns'])
     assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])

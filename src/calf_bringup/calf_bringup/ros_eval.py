@@ -1,8 +1,11 @@
 """``calf eval --backend ros``: evaluate a checkpoint through the live Mode 2 graph over DDS.
 
-The env node, the shim and the policy node run as separate processes (``runner.Graph``). This
-process listens on a private rclpy Context to ``/calf/edge/episode_result`` and
-``/calf/shim/link_stats`` and turns them into the same report as ``--backend sim``.
+The env node, the shim and the policy node run as separate processes (``runner.Graph``). The env
+node appends each counted episode's result to a file this process reads as it grows (the env node's
+``results_file``): DDS discovery, which on a loaded host sometimes never matched a listener here with
+the env's ``episode_result`` publisher, cannot lose an episode. This process listens on a private
+rclpy Context to ``/calf/shim/link_stats`` (losses) and turns both into the same report as
+``--backend sim``; each wait is bounded and ends in one line naming what did not arrive.
 
 DDS discovery gives no order, but the env node counts no episode before a policy answers (its start
 gate): it ticks uncounted warm-up episodes until the first action arrives, then starts episode 0 of
@@ -10,8 +13,8 @@ the count with a reset seeded by ``seed``. So the evaluation counts the env's fi
 EpisodeResults, and replays the same initial states for a seed.
 
 Losses are the shim's counters over the counted episodes, read from LinkStats published every
-``STATS_PERIOD_S`` (exact to within one period at each end, the start being when the env's own
-LinkStats first report an action); 0 for ``flat_edge``, which has no shim.
+``STATS_PERIOD_S`` (exact to within one period at each end, the start being when the env's results
+file says the count started); 0 for ``flat_edge``, which has no shim.
 
 ``graph`` places the policy (``calf_bringup.graph``). For ``hierarchical`` the loop is complete
 only once every sub-policy has been heard on ``/calf/edge/candidates``, so counting starts after
@@ -22,7 +25,9 @@ profile's units whatever the speed-up.
 """
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,31 +49,59 @@ from calf_core import progress as progress_bars
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import CalfError, ConfigError
 from calf_core.profiles import load_profile
-from calf_msgs.msg import Action, EpisodeResult, LinkStats
+from calf_msgs.msg import Action, LinkStats
 from calf_ros.qos import RESULTS, STREAM
 
-RESULT_TOPIC = f'{NAMESPACE}/edge/episode_result'
 SHIM_STATS_TOPIC = f'{NAMESPACE}/shim/link_stats'
-ENV_STATS_TOPIC = f'{NAMESPACE}/edge/link_stats'
 STARTUP_TIMEOUT_S = 60.0  # until an action reaches the env: processes start, torch loads, DDS discovers
-STATS_PERIOD_S = 0.05  # the shim's and the env's LinkStats period during an evaluation
+STATS_PERIOD_S = 0.05  # the shim's LinkStats period during an evaluation
 DIRECTIONS = (LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)
 
 
-class _Listener:
-    """Episode results and the shim's latest counters, received on a private context."""
+class ResultsFile:
+    """The env node's ``results_file``, read as it grows: its JSON lines, one per counted episode."""
 
-    def __init__(self, node: Node, sources: tuple[str, ...] = ()) -> None:
-        self.results: dict[int, EpisodeResult] = {}
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.results: dict[int, dict[str, Any]] = {}  # by seq, the fields of EpisodeResult
+        self.counting = False  # the env's start gate opened: its count started
+        self._offset, self._partial = 0, b''
+
+    def poll(self) -> None:
+        """Take the complete lines written since the last poll."""
+        try:
+            with self.path.open('rb') as file:
+                file.seek(self._offset)
+                chunk = file.read()
+        except FileNotFoundError:
+            return
+        self._offset += len(chunk)
+        *lines, self._partial = (self._partial + chunk).split(b'\n')
+        for line in lines:
+            try:
+                result = json.loads(line)
+                if not isinstance(result, dict):
+                    raise ValueError(line)
+            except ValueError:
+                raise CalfError(f'the env node\'s results file {self.path} has an unreadable line: '
+                                f'{line[:80]!r}') from None
+            if 'seq' in result:
+                self.results[result['seq']] = result
+            self.counting = True
+
+
+class _Listener:
+    """Episode results from the env's results file; the shim's latest counters, received on a private context."""
+
+    def __init__(self, node: Node, results: ResultsFile, sources: tuple[str, ...] = ()) -> None:
+        self.file = results
+        self.results = results.results
         self.shim_stats: dict[int, LinkStats] = {}
-        self.counting = False  # the env's LinkStats reported a received action: its start gate is open
         self.sources = sources
         self.unheard = set(sources)
         self.ready_episode: int | None = None if sources else 0  # env episode when every source was heard
         self.applied: Counter[tuple[int, str]] = Counter()  # (env episode, source) of the actions sent to the env
-        node.create_subscription(EpisodeResult, RESULT_TOPIC, self._on_result, RESULTS)
         node.create_subscription(LinkStats, SHIM_STATS_TOPIC, self._on_stats, RESULTS)
-        node.create_subscription(LinkStats, ENV_STATS_TOPIC, self._on_env_stats, RESULTS)
         if sources:
             node.create_subscription(Action, CANDIDATES, self._on_candidate, STREAM.profile())
             node.create_subscription(Action, EDGE['action'], self._on_applied, STREAM.profile())
@@ -92,27 +125,23 @@ class _Listener:
         total = sum(counts.values()) or 1
         return {source: round(n / total, 4) for source, n in sorted(counts.items())}
 
-    def _on_result(self, msg: EpisodeResult) -> None:
-        self.results[msg.seq] = msg
-
     def _on_stats(self, msg: LinkStats) -> None:
         self.shim_stats[msg.direction] = msg
-
-    def _on_env_stats(self, msg: LinkStats) -> None:
-        self.counting = self.counting or msg.received > 0
 
     def first_counted(self) -> int | None:
         """The seq of the first episode to count (None until known): 0 once the env counts; for a
         hierarchy, the one after the first episode in which an action reached the env with every source heard."""
-        if not self.counting or self.ready_episode is None:
+        self.file.poll()
+        if not self.file.counting or self.ready_episode is None:
             return None
         if not self.sources:
             return 0
         live = min((seq for seq, result in self.results.items()
-                    if result.actions_applied > 0 and result.episode >= self.ready_episode), default=None)
+                    if result['actions_applied'] > 0 and result['episode'] >= self.ready_episode), default=None)
         return None if live is None else live + 1
 
     def has(self, seqs: range) -> bool:
+        self.file.poll()
         return all(seq in self.results for seq in seqs)
 
     def stats_seq(self) -> int:
@@ -152,8 +181,11 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']
     options = RunOptions.of('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env, seed=seed,
                             time_scale=time_scale, placement=graph)
-    specs = [spec._replace(parameters={**spec.parameters, 'stats_period_s': STATS_PERIOD_S})
-             if spec.name in ('shim', 'env') else spec for spec in build_graph(options)]
+    workdir = tempfile.TemporaryDirectory(prefix='calf_eval_')
+    results = ResultsFile(Path(workdir.name) / 'results.jsonl')
+    extra_parameters = {'shim': {'stats_period_s': STATS_PERIOD_S}, 'env': {'results_file': str(results.path)}}
+    specs = [spec._replace(parameters={**spec.parameters, **extra_parameters[spec.name]})
+             if spec.name in extra_parameters else spec for spec in build_graph(options)]
     with_shim = any(spec.name == 'shim' for spec in specs)
     domain = domain_id if domain_id is not None else 1 + os.getpid() % 100
     context = rclpy.Context()
@@ -162,7 +194,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
-        listener = _Listener(node, sources)
+        listener = _Listener(node, results, sources)
         with Graph(specs, domain_id=domain, output=output) as nodes:
             spin = partial(_spin, executor, nodes)
             spin(lambda: listener.first_counted() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
@@ -179,10 +211,10 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         log = EpisodeLog()
         for seq in counted:
             result = listener.results[seq]
-            log.add(result.episode_return, result.length, result.success,
-                    [sample * time_scale for sample in result.e2e_samples_ms])
+            log.add(result['episode_return'], result['length'], result['success'],
+                    [sample * time_scale for sample in result['e2e_samples_ms']])
         log.obs_lost, log.actions_lost = (after[d] - before[d] for d in DIRECTIONS)
-        extra = {'forwarded_share': listener.shares({listener.results[seq].episode for seq in counted})} \
+        extra = {'forwarded_share': listener.shares({listener.results[seq]['episode'] for seq in counted})} \
             if sources else {}
         return log.report('ros', profile.name, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed, graph=graph,
                           **extra)
@@ -190,6 +222,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+        workdir.cleanup()
 
 
 def _fresh_counters(spin: Callable[..., None], listener: _Listener) -> dict[int, int]:
