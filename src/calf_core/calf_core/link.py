@@ -114,6 +114,65 @@ class IndependentStage(SingleCopyStage):
         return None if delay_s != delay_s else arrive_s + delay_s  # NaN: lost
 
 
+class TimedStage(Protocol):
+    """A process in time that a message meets at one instant (a stall, Gilbert-Elliott in time)."""
+
+    def reset(self) -> None:
+        """Start a fresh process."""
+
+    def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
+        """The new time of a message met at ``t`` (None: lost); no later query lies before ``floor_s``."""
+
+
+class SharedProcess:
+    """Stages in time that both directions of one link meet, as one radio: ONE process per stage.
+
+    Each direction ends its chain with ``end(direction)``: a message meets the shared stages after
+    its direction's own stages, at its time at that point, so a stall holds both directions over the
+    same interval and a Gilbert-Elliott bad state drops in both in the same periods. The process draws
+    from the generator of the link that meets it. Both directions' sends only go forward, so the
+    earlier of their latest sends bounds every later query (the floor the stages prune their history by).
+    """
+
+    def __init__(self, stages: Sequence[TimedStage]) -> None:
+        self._stages = tuple(stages)
+        self._last_send_s = [-np.inf, -np.inf]
+
+    def end(self, direction: int) -> SharedEnd:
+        """The stage that ends direction ``direction``'s chain (0: uplink, 1: downlink)."""
+        return SharedEnd(self, direction)
+
+    def reset(self) -> None:
+        for stage in self._stages:
+            stage.reset()
+        self._last_send_s = [-np.inf, -np.inf]
+
+    def meet(self, direction: int, send_s: float, t: float, rng: np.random.Generator) -> float | None:
+        """The time a message of ``direction`` sent at ``send_s`` leaves the shared stages, met at ``t``."""
+        last = self._last_send_s
+        last[direction] = send_s
+        other = last[1 - direction]
+        floor_s = send_s if other == -np.inf else min(send_s, other)
+        for stage in self._stages:
+            t = stage.at(t, floor_s, rng)
+            if t is None:
+                return None
+        return t
+
+
+class SharedEnd(SingleCopyStage):
+    """One direction's way into a ``SharedProcess``; resetting either end resets the shared process."""
+
+    def __init__(self, process: SharedProcess, direction: int) -> None:
+        self.process, self.direction = process, direction
+
+    def reset(self) -> None:
+        self.process.reset()
+
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        return self.process.meet(self.direction, send_s, arrive_s, rng)
+
+
 @dataclass
 class LinkCounters:
     """Per-copy counters: sent + duplicated == delivered + dropped_injected + dropped_queue."""

@@ -211,6 +211,18 @@ class Distribution:
             return float(rng.exponential(p['mean']))
         return p['median'] * math.exp(p['sigma'] * float(rng.standard_normal()))
 
+    def biased(self, rng: np.random.Generator) -> float:
+        """A length-biased draw: the length of the one in progress at a random instant."""
+        p = self.params
+        if self.kind == 'fixed':
+            return p['value']
+        if self.kind == 'uniform':
+            low, high = p['low'], p['high']
+            return math.sqrt(low * low + float(rng.random()) * (high * high - low * low))
+        if self.kind == 'exponential':
+            return float(rng.gamma(2.0, p['mean']))
+        return p['median'] * math.exp(p['sigma'] ** 2 + p['sigma'] * float(rng.standard_normal()))
+
     def residual(self, rng: np.random.Generator) -> float:
         p, u = self.params, float(rng.random())
         if self.kind == 'fixed':
@@ -229,19 +241,105 @@ class StallMode(str, Enum):
     RANDOM = "random"
 
 
+class OnOff:
+    """Windows in time (stalls, bad states) and the time between them, as one renewal process.
+
+    Each window lasts a draw of ``duration``; the next starts a draw of ``gap`` after its end, or a draw
+    of ``period`` after its start (start to start; a window that starts before the previous one ended
+    merges with it). The process starts at the first query, at a random phase of its stationary regime
+    (the equilibrium residual of the window or gap in progress), and then runs on. It keeps at most
+    ``MAX_RENEWALS`` windows and draws at most that many cycles for one query (see MAX_RENEWALS).
+    """
+
+    def __init__(self, duration: Distribution, gap: Distribution | None = None,
+                 period: Distribution | None = None) -> None:
+        self.duration, self.gap, self.period = duration, gap, period
+        if gap is not None:
+            self.on_fraction = duration.mean / (duration.mean + gap.mean)
+            self._cycle_s = duration.mean + gap.mean
+        else:
+            assert period is not None
+            self.on_fraction = min(duration.mean / period.mean, 1.0)
+            self._cycle_s = period.mean
+        self.reset()
+
+    def reset(self) -> None:
+        self._started = False
+        self._starts: list[float] = []  # the windows, in time order and disjoint: starts and ends
+        self._ends: list[float] = []
+        self._head = 0  # windows before this one ended before the floor: no later query is in them
+        self._next_start_s = math.inf
+
+    def end_at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
+        """The end of the window holding time ``t``, or None; no later query will lie before ``floor_s``."""
+        if not self._started:
+            self._start(floor_s, rng)
+        if self._next_start_s <= t:
+            self._extend(t, rng)
+        starts, ends, head = self._starts, self._ends, self._head
+        while head < len(ends) and ends[head] <= floor_s:
+            head += 1  # later queries lie after the floor, so never in these windows
+        if head > MAX_RENEWALS and 2 * head > len(ends):
+            del starts[:head], ends[:head]
+            head = 0
+        self._head = head
+        i = bisect_right(starts, t, head) - 1
+        return ends[i] if i >= head and t < ends[i] else None
+
+    def _extend(self, t: float, rng: np.random.Generator) -> None:
+        """Draw the windows up to time t (see MAX_RENEWALS); keep at most MAX_RENEWALS of them."""
+        horizon = MAX_RENEWALS * self._cycle_s
+        if t - self._next_start_s > horizon:
+            self._start(t - horizon, rng)
+        starts, ends, period = self._starts, self._ends, self.period
+        while self._next_start_s <= t:
+            start = self._next_start_s
+            end = start + self.duration.sample(rng)
+            if period is None:
+                self._next_start_s = end + self.gap.sample(rng)
+            else:
+                self._next_start_s = start + period.sample(rng)
+                if ends and start < ends[-1]:  # overlaps the previous window: one longer window
+                    ends[-1] = max(ends[-1], end)
+                    self._head = min(self._head, len(ends) - 1)
+                    continue
+            starts.append(start)
+            ends.append(end)
+        self._head = max(self._head, len(ends) - MAX_RENEWALS)
+
+    def _start(self, now_s: float, rng: np.random.Generator) -> None:
+        """Enter the process at a random instant of its stationary regime."""
+        self._started = True
+        if self.period is not None:  # the start-to-start interval in progress, its age, the last window's length
+            length = self.period.biased(rng)
+            age = float(rng.random()) * length
+            duration = self.duration.sample(rng)
+            if duration > age:
+                self._starts.append(now_s)
+                self._ends.append(now_s + duration - age)
+            self._next_start_s = now_s + length - age
+        elif float(rng.random()) < self.on_fraction:
+            end = now_s + self.duration.residual(rng)
+            self._starts.append(now_s)
+            self._ends.append(end)
+            self._next_start_s = end + self.gap.sample(rng)
+        else:
+            self._next_start_s = now_s + self.gap.residual(rng)
+
+
 class Stall(SingleCopyStage):
     """Link outages: a packet whose arrival falls inside a stall window is released at its end.
 
-    Stalls and the gaps between them alternate as one renewal process: each stall lasts a draw of
-    ``duration_ms``, each gap (end of one stall to start of the next) a draw of ``gap_ms``; either
-    is a number (fixed) or a distribution (see ``calf_core.profile_schema``). The older form gives
-    ``period_ms`` (or ``rate_hz``), the mean time from one stall start to the next, and a mode:
-    'periodic' fixes the gap at period - mean duration, 'random' makes it exponential with that
-    mean. The fraction of time stalled is mean duration / (mean duration + mean gap).
+    Stalls and the time between them form one renewal process (``OnOff``): each stall lasts a draw of
+    ``duration_ms``; the next one starts a draw of ``gap_ms`` after its end, or a draw of ``period_ms``
+    after its start when ``period_ms`` is a distribution (start to start). Either is a number (fixed) or
+    a distribution (see ``calf_core.profile_schema``). A number ``period_ms`` (or ``rate_hz``) is the
+    older form: the mean time from one stall start to the next, and a mode: 'periodic' fixes the gap at
+    period - mean duration, 'random' makes it exponential with that mean.
 
     The process starts at the first packet the link carries, at a random phase (in its stationary
-    state: stalled with that fraction's probability, with the equilibrium residual of the current
-    stall or gap), and then runs on: it does not restart at an episode boundary.
+    state), and then runs on: it does not restart at an episode boundary. A stall shared by both
+    directions (``calf_core.link.SharedProcess``) is queried through ``at``.
     """
 
     MODEL = "stall"
@@ -250,68 +348,69 @@ class Stall(SingleCopyStage):
         self,
         duration_ms: float | dict[str, Any],
         gap_ms: float | dict[str, Any] | None = None,
-        period_ms: float | None = None,
+        period_ms: float | dict[str, Any] | None = None,
         rate_hz: float | None = None,
-        mode: str = "periodic",
+        mode: str | None = None,
     ) -> None:
-        self.duration = Distribution(_as_dist(duration_ms))
-        if gap_ms is None:
+        duration = Distribution(_as_dist(duration_ms))
+        if isinstance(period_ms, dict):
+            self.windows = OnOff(duration, period=Distribution(period_ms))
+        elif gap_ms is None:
             period_s = (period_ms / 1e3) if period_ms is not None else 1.0 / rate_hz
-            gap_s = period_s - self.duration.mean
-            gap = {'dist': 'fixed' if StallMode(mode) is StallMode.PERIODIC else 'exponential',
-                   'value' if StallMode(mode) is StallMode.PERIODIC else 'mean': gap_s}
-            self.gap = Distribution(gap, scale=1.0)
+            gap_s = period_s - duration.mean
+            periodic = StallMode(mode or StallMode.PERIODIC) is StallMode.PERIODIC
+            gap = {'dist': 'fixed', 'value': gap_s} if periodic else {'dist': 'exponential', 'mean': gap_s}
+            self.windows = OnOff(duration, Distribution(gap, scale=1.0))
         else:
-            self.gap = Distribution(_as_dist(gap_ms))
-        self.stalled_fraction = self.duration.mean / (self.duration.mean + self.gap.mean)
-        self.reset()
+            self.windows = OnOff(duration, Distribution(_as_dist(gap_ms)))
+        self.duration, self.gap, self.period = duration, self.windows.gap, self.windows.period
+        self.stalled_fraction = self.windows.on_fraction
 
     def reset(self) -> None:
-        self._started = False
-        self._starts: list[float] = []  # the windows, in time order and disjoint: starts and ends
-        self._ends: list[float] = []
-        self._head = 0  # windows before this one ended before the newest send: no later arrival is in them
-        self._next_start_s = math.inf
+        self.windows.reset()
+
+    def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
+        """A message at time ``t`` leaves at the end of the stall holding it (else at ``t``)."""
+        end = self.windows.end_at(t, floor_s, rng)
+        return t if end is None else end
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        if not self._started:
-            self._start(send_s, rng)
-        t = arrive_s
-        if self._next_start_s <= t:
-            self._extend(t, rng)
-        starts, ends, head = self._starts, self._ends, self._head
-        while head < len(ends) and ends[head] <= send_s:
-            head += 1  # later packets arrive after this send, so never in these windows
-        if head > MAX_RENEWALS and 2 * head > len(ends):
-            del starts[:head], ends[:head]
-            head = 0
-        self._head = head
-        i = bisect_right(starts, t, head) - 1
-        return ends[i] if i >= head and t < ends[i] else t
+        end = self.windows.end_at(arrive_s, send_s, rng)
+        return arrive_s if end is None else end
 
-    def _extend(self, t: float, rng: np.random.Generator) -> None:
-        """Draw the windows up to time t (see MAX_RENEWALS); keep at most MAX_RENEWALS of them."""
-        horizon = MAX_RENEWALS * (self.duration.mean + self.gap.mean)
-        if t - self._next_start_s > horizon:
-            self._start(t - horizon, rng)
-        starts, ends = self._starts, self._ends
-        while self._next_start_s <= t:
-            end = self._next_start_s + self.duration.sample(rng)
-            starts.append(self._next_start_s)
-            ends.append(end)
-            self._next_start_s = end + self.gap.sample(rng)
-        self._head = max(self._head, len(ends) - MAX_RENEWALS)
 
-    def _start(self, now_s: float, rng: np.random.Generator) -> None:
-        """Enter the process at a random instant of its stationary regime."""
-        self._started = True
-        if float(rng.random()) < self.stalled_fraction:
-            end = now_s + self.duration.residual(rng)
-            self._starts.append(now_s)
-            self._ends.append(end)
-            self._next_start_s = end + self.gap.sample(rng)
-        else:
-            self._next_start_s = now_s + self.gap.residual(rng)
+class GilbertElliottInTime(SingleCopyStage):
+    """Burst loss in time: a good/bad chain that holds each state an exponential time (mean_good_ms,
+    mean_bad_ms) whatever the message rate; a message is lost with the loss probability of the state
+    at its time on the link (its arrival at this stage). The chain starts at the first message in its
+    stationary state (bad with probability mean_bad / (mean_good + mean_bad)) and then runs on.
+    """
+
+    MODEL = "gilbert_elliott"
+
+    def __init__(self, mean_good_ms: float, mean_bad_ms: float, loss_good: float, loss_bad: float) -> None:
+        self.loss_good, self.loss_bad = loss_good, loss_bad
+        self.windows = OnOff(Distribution({'dist': 'exponential', 'mean': mean_bad_ms}),
+                             Distribution({'dist': 'exponential', 'mean': mean_good_ms}))
+        self.pi_bad = self.windows.on_fraction
+
+    @property
+    def loss_rate(self) -> float:
+        """Stationary (long-run) loss probability."""
+        return self.pi_bad * self.loss_bad + (1.0 - self.pi_bad) * self.loss_good
+
+    def reset(self) -> None:
+        self.windows.reset()
+
+    def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
+        """``t``, or None if the message at time ``t`` is lost."""
+        p = self.loss_good if self.windows.end_at(t, floor_s, rng) is None else self.loss_bad
+        if p <= 0.0 or (p < 1.0 and float(rng.random()) >= p):
+            return t
+        return None
+
+    def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        return self.at(arrive_s, send_s, rng)
 
 
 class DriftingDelay(SingleCopyStage):
@@ -458,4 +557,6 @@ MODELS: dict[str, type] = {
 def build_stage(spec: dict) -> Stage:
     """Build a stage from `{"model": name, **params}`, validated by the profile schema (one-line ConfigError)."""
     params = check_stage(spec)
+    if spec["model"] == GilbertElliottInTime.MODEL and "mean_bad_ms" in params:
+        return GilbertElliottInTime(**params)
     return MODELS[spec["model"]](**params)

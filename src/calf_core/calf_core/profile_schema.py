@@ -110,30 +110,40 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
     StageSchema('bernoulli_loss', 'drops each message independently with probability p (no correlation: '
                 'use gilbert_elliott for bursts)', (_probability('p', 'loss probability'),),
                 '{model: bernoulli_loss, p: 0.05}'),
-    StageSchema('gilbert_elliott', 'burst loss: a good/bad Markov chain stepped once per message; the first '
-                'message draws its state from the stationary distribution; mean burst 1 / p_bad_to_good messages',
-                (_probability('p_good_to_bad', 'per-message move good -> bad'),
-                 Key('p_bad_to_good', 'number', 'probability', 'per-message move bad -> good', low=1e-9,
-                     high=1.0),
+    StageSchema('gilbert_elliott', 'burst loss: a good/bad Markov chain, stepped once per message (p_good_to_bad, '
+                'p_bad_to_good; mean burst 1 / p_bad_to_good messages) or in time (mean_good_ms, mean_bad_ms: each '
+                'state holds an exponential time, so a burst lasts as long in seconds whatever the message rate); '
+                'the chain starts in its stationary state',
+                (_probability('p_good_to_bad', 'per-message move good -> bad', None),
+                 Key('p_bad_to_good', 'number', 'probability', 'per-message move bad -> good', None, 1e-9, 1.0),
+                 Key('mean_good_ms', 'number', 'ms', 'in time: mean time in the good state', None, MIN_EVENT_MS,
+                     MAX_PERIOD_MS),
+                 Key('mean_bad_ms', 'number', 'ms', 'in time: mean time in the bad state (mean burst)', None,
+                     MIN_EVENT_MS, MAX_PERIOD_MS),
                  _probability('loss_good', 'loss probability in the good state'),
                  _probability('loss_bad', 'loss probability in the bad state')),
-                '{model: gilbert_elliott, p_good_to_bad: 0.01, p_bad_to_good: 0.3, loss_good: 0.005, loss_bad: 0.5}'),
+                '{model: gilbert_elliott, p_good_to_bad: 0.01, p_bad_to_good: 0.3, loss_good: 0.005, loss_bad: 0.5}',
+                'exactly one pair: p_good_to_bad and p_bad_to_good (per message), or mean_good_ms and mean_bad_ms '
+                '(in time)'),
     StageSchema('stall', 'link outages: a message whose arrival falls in a stall is released when it ends; '
                 'stalls alternate with gaps as one renewal process, started at a random phase',
                 (Key('duration_ms', 'distribution', 'ms', 'how long each stall lasts', low=MIN_EVENT_MS,
                      high=MAX_DELAY_MS),
                  Key('gap_ms', 'distribution', 'ms', 'time from the end of one stall to the start of the next',
                      None, MIN_EVENT_MS, MAX_PERIOD_MS),
-                 Key('period_ms', 'number', 'ms', 'mean time from one stall start to the next (with mode)', None,
+                 Key('period_ms', 'number|distribution', 'ms', 'a number: the mean time from one stall start to '
+                     'the next (with mode); a distribution: the time from one stall start to the next, drawn for '
+                     'each stall (a stall that starts before the previous one ends merges with it)', None,
                      MIN_EVENT_MS, MAX_PERIOD_MS),
                  Key('rate_hz', 'number', 'Hz', 'stalls per second, 1000 / period_ms (with mode)', None,
                      1e3 / MAX_PERIOD_MS, 1e3 / MIN_EVENT_MS),
-                 Key('mode', 'choice', '-', 'with period_ms or rate_hz: periodic = gap fixed at period minus '
-                     'mean duration; random = that gap exponential', 'periodic', choices=('periodic', 'random'))),
+                 Key('mode', 'choice', '-', 'with a number period_ms or rate_hz: periodic (the default) = gap fixed '
+                     'at period minus mean duration; random = that gap exponential', None,
+                     choices=('periodic', 'random'))),
                 '{model: stall, duration_ms: {dist: uniform, low: 150, high: 300}, '
                 'gap_ms: {dist: uniform, low: 4000, high: 6000}}',
-                'exactly one of gap_ms, period_ms, rate_hz; mode only with period_ms or rate_hz; the mean '
-                'duration below the period'),
+                'exactly one of gap_ms, period_ms, rate_hz; mode only with a number period_ms or rate_hz; the mean '
+                'duration below the mean period'),
     StageSchema('drifting_delay', 'a base latency that wanders: a level drawn from level_ms holds for a time '
                 'drawn from hold_ms, then the next level is drawn; a message adds the level at its send time; '
                 'one renewal process in link time, started at a random phase',
@@ -163,6 +173,7 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
 )}
 
 DIRECTION_KEYS = ('uplink', 'downlink')
+SHARED_MODELS = ('stall', 'gilbert_elliott in time')  # the stages a profile's shared list may hold
 PROFILE_KEYS: tuple[Key, ...] = (
     Key('name', 'string', '-', 'profile name', 'the file name'),
     Key('description', 'string', '-', 'one line shown by calf profile show', ''),
@@ -171,7 +182,11 @@ PROFILE_KEYS: tuple[Key, ...] = (
     Key('reorder', 'reorder', '-', 'false = FIFO (no message overtakes an earlier one in its direction); true '
         'lets independent delays reorder messages; or per direction {uplink: bool, downlink: bool}', False),
     Key('uplink', 'stages', '-', 'env -> policy: a list of stages, applied in order'),
-    Key('downlink', 'stages', '-', "policy -> env: a list of stages, or 'same' (a copy of the uplink's)"),
+    Key('downlink', 'stages', '-', "policy -> env: a list of stages, or 'same' (a copy of the uplink's, with "
+        "its own processes)"),
+    Key('shared', 'stages', '-', f'one radio: {" and ".join(SHARED_MODELS)} stages run as ONE process for both '
+        "directions, hitting them at the same instants; applied after each direction's own stages, at the "
+        "message's time at that point", None),
 )
 DIST_PARAMS = {'fixed': ('value',), 'uniform': ('low', 'high'), 'exponential': ('mean',),
                'lognormal': ('median', 'sigma')}
@@ -250,6 +265,9 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
         return value
     if kind == 'distribution':
         return _distribution(where, key, value)
+    if kind == 'number|distribution':
+        return _distribution(where, key, value) if isinstance(value, dict) else _check_value(
+            owner, replace(key, kind='number'), value)
     if kind == 'reorder':
         if isinstance(value, bool):
             return {'uplink': value, 'downlink': value}
@@ -384,16 +402,39 @@ def _empirical_rule(params: dict[str, Any]) -> None:
         raise ConfigError(f'empirical_delay: probs must have a positive sum, got {short_repr(probs)}')
 
 
+def _gilbert_elliott_rule(params: dict[str, Any]) -> None:
+    given = {k for k in ('p_good_to_bad', 'p_bad_to_good', 'mean_good_ms', 'mean_bad_ms') if k in params}
+    if given not in ({'p_good_to_bad', 'p_bad_to_good'}, {'mean_good_ms', 'mean_bad_ms'}):
+        raise ConfigError('gilbert_elliott: give p_good_to_bad and p_bad_to_good (per message), or mean_good_ms '
+                          f'and mean_bad_ms (in time), got {", ".join(sorted(given)) or "none"}')
+
+
 def _stall_rule(params: dict[str, Any]) -> None:
     given = [k for k in ('gap_ms', 'period_ms', 'rate_hz') if k in params]
     if len(given) != 1:
         raise ConfigError(f'stall: give exactly one of gap_ms, period_ms or rate_hz, got {", ".join(given) or "none"}')
     if 'gap_ms' in params:
+        if 'mode' in params:
+            raise ConfigError('stall: mode goes with a number period_ms or rate_hz, not with gap_ms')
         return
-    period_ms = params['period_ms'] if 'period_ms' in params else 1e3 / params['rate_hz']
+    period = params.get('period_ms', 1e3 / params.get('rate_hz', 1.0))
+    if isinstance(period, dict) and 'mode' in params:
+        raise ConfigError('stall: mode goes with a number period_ms or rate_hz; a distribution period_ms is '
+                          'the start-to-start spacing itself')
+    period_ms = dist_mean(period) if isinstance(period, dict) else period
     mean_ms = dist_mean(params['duration_ms'])
     if mean_ms >= period_ms:
-        raise ConfigError(f'stall: the mean duration_ms must be < the period ({period_ms:g} ms), got {mean_ms:g}')
+        raise ConfigError(f'stall: the mean duration_ms must be < the period ({period_ms:g} ms), got '
+                          f'{mean_ms:g}')
+
+
+def check_shared_stage(spec: dict[str, Any]) -> None:
+    """Refuse a stage a profile's ``shared`` list cannot run as one process in time (see SHARED_MODELS)."""
+    if spec.get('model') == 'stall' or (spec.get('model') == 'gilbert_elliott' and 'mean_bad_ms' in spec):
+        return
+    raise ConfigError(f'{short_repr(spec.get("model"))} cannot be shared: shared holds stall and gilbert_elliott '
+                      'in time (mean_good_ms, mean_bad_ms) stages, processes in time that hit both directions at '
+                      'once; put other stages in uplink or downlink')
 
 
 def _trace_rule(params: dict[str, Any]) -> None:
@@ -403,8 +444,8 @@ def _trace_rule(params: dict[str, Any]) -> None:
                           f'{len(params["delays_ms"])}')
 
 
-_RULES = {'gamma_delay': _gamma_rule, 'empirical_delay': _empirical_rule, 'stall': _stall_rule,
-          'trace_replay': _trace_rule}
+_RULES = {'gamma_delay': _gamma_rule, 'empirical_delay': _empirical_rule, 'gilbert_elliott': _gilbert_elliott_rule,
+          'stall': _stall_rule, 'trace_replay': _trace_rule}
 
 
 def short_repr(value: Any) -> str:
@@ -442,7 +483,7 @@ def _json_key(key: Key) -> dict[str, Any]:
     elif key.kind == 'flags':
         out['oneOf'] = [{'type': 'array', 'maxItems': MAX_REPLAY_VALUES, 'items': {'type': 'boolean'}},
                         {'type': 'string', 'pattern': '^[01]*$', 'maxLength': MAX_REPLAY_VALUES}]
-    elif key.kind == 'distribution':
+    elif key.kind in ('distribution', 'number|distribution'):
         out['oneOf'] = [{'type': 'number', **bounds}] + [
             {'type': 'object', 'additionalProperties': False, 'required': ['dist', *params],
              'properties': {'dist': {'const': dist},
@@ -488,8 +529,8 @@ def schema_text() -> str:
     lines = ['Profile keys (key, type, unit, default, bounds: description):']
     lines += [f'  {k.name}: {k.kind}, {k.unit}, default {k.describe_default()}'
               f'{", " + _bounds_text(k) if _bounds_text(k) else ""}: {k.doc}' for k in PROFILE_KEYS]
-    lines += ['', 'A distribution (stall duration_ms, gap_ms; drifting_delay level_ms, hold_ms) is a number '
-              '(fixed) or one of: {dist: fixed, value}, {dist: uniform, low, high}, {dist: exponential, mean}, '
+    lines += ['', 'A distribution (stall duration_ms, gap_ms, period_ms; drifting_delay level_ms, hold_ms) is a '
+              'number (fixed) or one of: {dist: fixed, value}, {dist: uniform, low, high}, {dist: exponential, mean}, '
               '{dist: lognormal, median, sigma}, in the key\'s unit; each of its parameters but sigma within the '
               'key\'s bounds.', '',
               f'Sizes: uplink and downlink hold at most {MAX_STAGES} stages each, a histogram at most {MAX_LIST} '
