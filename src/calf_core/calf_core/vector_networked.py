@@ -23,8 +23,8 @@ and trace replay and in distribution otherwise. As in NetworkedEnv each env's li
 continuous process across its episodes (Gilbert-Elliott state, trace position, FIFO order), on a
 link clock that advances by each episode's length plus one tick. Every link model runs: independent
 delays and losses, Gilbert-Elliott loss and trace replay are batched over the envs in numpy; stall,
-drifting delay, bandwidth and duplicate stages fall back to one scalar stage per env inside the vector
-env (:class:`BatchLink`).
+drifting delay, bandwidth and duplicate stages, and a profile's shared process (one per env, met by both
+of its directions), fall back to one scalar stage per env inside the vector env (:class:`BatchLink`).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from calf_core.errors import ConfigError
-from calf_core.link import IndependentStage, Packet, SingleCopyStage
+from calf_core.link import IndependentStage, Packet, SharedEnd, SingleCopyStage
 from calf_core.models import GilbertElliottLoss, TraceMode, TraceReplay, build_stage
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES, float32_space, plan_space
 from calf_core.profiles import Profile
@@ -154,7 +154,8 @@ class BatchLink:
     in a Python loop over the messages that reach it.
     """
 
-    def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int) -> None:
+    def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int, shared: Sequence[SharedEnd] = ()) -> None:
+        """``shared``: each env's end of its profile's shared process (``Profile.make_shared``), met last."""
         self._stages: list[Any] = []  # a batched stage, or a list of one stage per env (the fallback)
         copies = False  # a duplicate stage came before: stateful stages may see two copies of one message
         for spec in specs:
@@ -162,6 +163,8 @@ class BatchLink:
             batched = isinstance(stage, IndependentStage) or (isinstance(stage, _STATEFUL) and not copies)
             self._stages.append(stage if batched else [stage, *(build_stage(spec) for _ in range(num_envs - 1))])
             copies = copies or not isinstance(stage, SingleCopyStage)
+        if shared:
+            self._stages.append(list(shared))
         self.copies = copies
         """Whether a message may arrive more than once (a duplicate stage): ``send`` then sorts the copies."""
         # per-env state of batched stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started.
@@ -297,8 +300,9 @@ class VectorNetworkedEnv(VectorEnv):
         obs_shape = self.single_observation_space.shape
         self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(obs_shape or (1,)))  # as NetworkedEnv sizes them
         self._action_bytes = MESSAGE_OVERHEAD_BYTES + plan_horizon * (4 * int(np.prod(shape)) if self._continuous else 8)
-        self.uplink = BatchLink(profile.uplink, profile.reorder.uplink, num_envs)
-        self.downlink = BatchLink(profile.downlink, profile.reorder.downlink, num_envs)
+        shared = [profile.make_shared() for _ in range(num_envs)] if profile.shared else []
+        self.uplink = BatchLink(profile.uplink, profile.reorder.uplink, num_envs, [p.end(0) for p in shared])
+        self.downlink = BatchLink(profile.downlink, profile.reorder.downlink, num_envs, [p.end(1) for p in shared])
         n, h = num_envs, plan_horizon
         self._rows = np.arange(n)
         # env side: tick, executor and episode counters
