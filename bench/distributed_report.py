@@ -4,7 +4,8 @@
 
 Per run: time and env steps to the first deterministic evaluation >= 475 (the learner's eval.csv,
 10 episodes; evaluation time included), the final checkpoint's mean return over 20 deterministic
-episodes (calf eval), weight bytes and messages sent, and the version lag of the batches trained on.
+episodes (calf eval), weight bytes and messages sent (snapshots / deltas), bytes per message, the share
+of the env steps received that were superseded (wasted), and the version lag of the batches trained on.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def run_row(run: Path) -> dict | None:
             'steps_to_475': int(hit['env_steps']) if hit else None, 'final_return': final,
             'weights_bytes': summary['weights_sent']['bytes'], 'weights_messages': summary['weights_sent']['messages'],
             'updates': summary['updates'], 'env_steps': summary['env_steps'], 'wall_time_s': summary['wall_time_s'],
+            'kinds': summary.get('weights_messages', {}), 'wasted': summary.get('wasted_fraction'),
             'superseded_steps': summary['batches_superseded']['env_steps'], 'steady_sps': steady,
             'first_update_s': float(updates[0]['time_s']) if updates else None,
             'lag_p50': float(np.percentile(lags, 50)) if lags else None,
@@ -59,11 +61,14 @@ def main(root: Path) -> None:
     for row in rows:
         groups[re.sub(r'_s\d+$', '', row['run'])].append(row)
     print('| run | sync | time to 475 (s) | env steps to 475 | final return (20 ep) | weight bytes | weight msgs '
-          '| updates | lag p50 / p90 / max | load at start |')
-    print('|---|---|---|---|---|---|---|---|---|---|')
+          '(snapshots / deltas) | bytes per msg | wasted | updates | lag p50 / p90 / max | load at start |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
     for row in rows:
+        kinds = row['kinds']
+        split = f' ({kinds["snapshots"]} / {kinds["deltas"]})' if kinds else ''
         print(f'| {row["run"]} | {row["sync"]} | {fmt(row["time_to_475_s"], ".0f")} | {fmt(row["steps_to_475"])} '
-              f'| {fmt(row["final_return"], ".1f")} | {row["weights_bytes"]:,} | {row["weights_messages"]} '
+              f'| {fmt(row["final_return"], ".1f")} | {row["weights_bytes"]:,} | {row["weights_messages"]}{split} '
+              f'| {row["weights_bytes"] / max(1, row["weights_messages"]):,.0f} | {fmt(row["wasted"], ".1%")} '
               f'| {row["updates"]} | {fmt(row["lag_p50"], ".0f")} / {fmt(row["lag_p90"], ".0f")} / '
               f'{fmt(row["lag_max"])} | {row["load"]} |')
     print('\nMeans over seeds (runs that reached 475 for the time and steps):\n')

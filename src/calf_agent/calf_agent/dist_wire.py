@@ -7,8 +7,9 @@ writes one sender's frames, numbering them ``(epoch, seq)``: the epoch is the se
 seq counts up. An ``Opener`` checks the tag first (constant time; nothing of an unauthenticated frame
 is parsed), then that the frame came from the sender whose chunks carried it and is newer than the
 last one it accepted from that sender (a replayed frame is refused), then decodes it, refusing
-tensors of the wrong names, shapes or types. A weights frame's payload is zstd-compressed and never
-expands past ``max_bytes`` (``dist_delta``). ``split`` cuts a frame into chunks of at most
+tensors of the wrong names, shapes or types. A weights frame's payload (a snapshot or a delta,
+``dist_delta``) is zstd-compressed and never expands past ``max_bytes``; a control frame tells a
+worker to pause or go on (flow control). ``split`` cuts a frame into chunks of at most
 ``chunk_bytes``; ``Reassembler`` joins them within a byte budget across all senders and refuses (one
 log line, one counter per reason) chunks that are malformed, over budget or would exceed
 ``max_bytes``, and messages left incomplete.
