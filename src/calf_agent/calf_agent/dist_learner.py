@@ -72,7 +72,7 @@ from calf_agent.policies import LstmAgent
 from calf_agent.seeding import seed_everything
 from calf_agent.trainer import TrainConfig, cartpole_defaults
 from calf_agent.trainer import _build_agent as build_agent
-from calf_core import atomic
+from calf_core import atomic, progress
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 
@@ -358,6 +358,7 @@ class Learner:
         self.version += 1
         self.updates += 1
         self.env_steps += batch.env_steps
+        progress.report(self.env_steps, self.cfg.total_steps)  # calf train's bar (calf_core.progress.watching)
         self.lags[effective_lag if lag is not None else -1] += 1
         self.returns += batch.episode_returns
         window = self.returns[-20:]

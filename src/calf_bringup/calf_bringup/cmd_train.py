@@ -18,6 +18,7 @@ from calf_agent.regimes import REGIMES, default_representation, regime_profile, 
 from calf_agent.representation import Representation
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
 from calf_bringup.distributed import run_training, training_graph
+from calf_core import progress
 from calf_core.atomic import check_out_parent
 from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
@@ -156,7 +157,8 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
     if key_file == str(args.out.resolve() / KEY_FILE):  # made once every argument has been checked
         create_key(Path(key_file))
         print(f'distributed-training key: {key_file} (remote workers: calf worker --key COPY_OF_IT)', file=sys.stderr)
-    code = run_training(specs, args.domain_id)
+    with progress.watching(args.out / '.progress', 'step', 'train', allowed=not args.quiet):
+        code = run_training(specs, args.domain_id)
     summary = args.out / SUMMARY
     if code == 0 and summary.is_file():
         done = json.loads(summary.read_text())

@@ -139,3 +139,15 @@ def test_the_sb3_example_shows_its_steps_and_episodes() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)['steps'] >= 256
     assert 'train: 100%' in done.stderr and '256/256' in done.stderr and 'eval: 100%' in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_distributed_training_shows_the_learners_env_steps(tmp_path: Path) -> None:
+    """The learner node reports its env steps; calf's bar shows them (not only an eval line now and then)."""
+    env = {k: v for k, v in os.environ.items() if k != progress.ENV}
+    done = subprocess.run([sys.executable, '-m', 'calf_bringup.cli', 'train', '--env', 'cartpole', '--workers', '1',
+                           '--steps', '2048', '--out', str(tmp_path / 'run'), '--progress'],
+                          env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'train: 100%' in done.stderr and '2048/2048' in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / 'run' / '.progress').exists()

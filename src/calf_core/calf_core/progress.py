@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
@@ -16,6 +19,7 @@ ENV = 'CALF_PROGRESS'
 """``1``: show bars even when stderr is not a terminal; ``0``: never show them."""
 FILE_ENV = 'CALF_PROGRESS_FILE'
 """When set, training writes ``DONE TOTAL`` (env steps) to this file as it goes (see ``report``)."""
+POLL_S = 0.5
 
 
 def enabled(allowed: bool = True) -> bool:
@@ -52,3 +56,35 @@ def read_report(path: Path) -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     return (done, total) if total > 0 else None
+
+
+@contextmanager
+def watching(path: Path, unit: str, desc: str | None = None, allowed: bool = True) -> Iterator[None]:
+    """While the block runs, the processes it starts report their steps to ``path`` (CALF_PROGRESS_FILE) and
+    a bar here shows them, with an ETA; the file is removed afterwards."""
+    previous = os.environ.get(FILE_ENV)
+    os.environ[FILE_ENV] = str(path)
+    stop = threading.Event()
+
+    def follow() -> None:
+        with bar(None, unit, desc) as shown:
+            while not stop.wait(POLL_S):
+                found = read_report(path)
+                if found:
+                    shown.total = found[1]
+                    shown.update(max(0, found[0] - shown.n))
+
+    thread = threading.Thread(target=follow, daemon=True) if enabled(allowed) else None
+    if thread:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if thread:
+            thread.join()
+        if previous is None:
+            os.environ.pop(FILE_ENV, None)
+        else:
+            os.environ[FILE_ENV] = previous
+        path.unlink(missing_ok=True)
