@@ -22,8 +22,8 @@ from calf_agent.trainer import (
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e
-from calf_core.task_spec import ALGOS
-from calf_core.vector_networked import VectorNetworkedCartPole
+from calf_core.task_spec import ALGOS, HoldMode, SuccessRule, TaskSpec
+from calf_core.vector_networked import CartPoleBatch, EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
 REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'delay_only', 'full': 'full_net_aware'}
 """Regime name -> the network profile it trains under (paper, Table 2). Training on randomised delays is
@@ -94,8 +94,9 @@ def default_representation(env: str, profile: Profile, delay_state: bool | None 
 
 
 FAST_PATH_MIN_ENVS = 32
-"""From this many envs the fast path trains faster than the SyncVectorEnv path (bench/bench_train_fast_path.py:
-0.80x at 8 envs, 1.11x at 32, 1.64x at 128); below it, its per-step array overhead costs more than it saves."""
+"""From this many envs the vector path trains faster than the SyncVectorEnv path (bench/bench_train_fast_path.py,
+CartPole: 0.80x at 8 envs, 1.11x at 32, 1.64x at 128; InvertedPendulum-v5 under full_net_aware, agent steps/s:
+about 1.0x at 16 envs, 1.8x at 64); below it, its per-step array overhead costs more than it saves."""
 
 
 def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, plan_horizon: int = 1,
@@ -103,16 +104,13 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
                     fast: bool | None = None) -> Callable[[int], gym.vector.VectorEnv]:
     """A factory of ``n`` networked envs with independent link seeds, as the trainer expects.
 
-    ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task). CartPole
-    itself can run on the many-env fast path, ``VectorHistoryWrapper(VectorNetworkedCartPole)``, under
-    any profile: always with ``fast=True``, from
-    ``FAST_PATH_MIN_ENVS`` envs with ``fast=None``, never with ``fast=False``. Otherwise the envs are a
-    ``SyncVectorEnv`` of ``HistoryWrapper(NetworkedEnv)``. Either way the trainer's reset seed makes
-    the run deterministic.
+    ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task). From
+    ``FAST_PATH_MIN_ENVS`` envs with ``fast=None`` (any number with ``fast=True``, never with ``fast=False``)
+    the envs are one ``VectorHistoryWrapper(VectorNetworkedEnv)`` (``vector_env``), under any profile;
+    otherwise a ``SyncVectorEnv`` of ``HistoryWrapper(NetworkedEnv)``. Either way the trainer's reset seed
+    makes the run deterministic.
     """
-    use_fast = fast is not False and make_inner is None and fast_path_supported(env, profile)
-    min_envs = 1 if fast else FAST_PATH_MIN_ENVS
-    initial_action = env_spec(env).initial_action
+    min_envs = 1 if fast else math.inf if fast is False else FAST_PATH_MIN_ENVS
 
     def make_one(index: int) -> Callable[[], gym.Env]:
         return lambda: HistoryWrapper(make_networked_env(env, profile, seed=seed * 1000 + index,
@@ -120,19 +118,32 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
                                                          env=make_inner() if make_inner else None), rep)
 
     def make(n: int) -> gym.vector.VectorEnv:
-        if use_fast and n >= min_envs:
-            return VectorHistoryWrapper(VectorNetworkedCartPole(n, profile, plan_horizon,
-                                                                initial_action=initial_action), rep)
+        if n >= min_envs:
+            return VectorHistoryWrapper(vector_env(env, profile, n, plan_horizon, make_inner), rep)
         return gym.vector.SyncVectorEnv([make_one(i) for i in range(n)],
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
     return make
 
 
-def fast_path_supported(env: str, profile: Profile) -> bool:
-    """Whether ``VectorNetworkedCartPole`` can run ``env`` behind ``profile``: CartPole, under any profile (link
-    stages it cannot batch fall back to one scalar stage per env inside it)."""
-    return env_spec(env).name == 'cartpole'
+def vector_env(env: str, profile: Profile, n: int, plan_horizon: int = 1,
+               make_inner: Callable[[], gym.Env] | None = None) -> VectorNetworkedEnv:
+    """``n`` copies of ``env`` (or of ``make_inner``'s variant) behind ``profile`` in one VectorNetworkedEnv: on
+    ``CartPoleBatch`` when the env is gymnasium's CartPole-v1 under a task its physics in numpy follows, else on
+    ``EnvBatch`` (the envs stepped one by one)."""
+    spec = env_spec(env)
+    if make_inner is None and _numpy_cartpole(spec):
+        return VectorNetworkedCartPole(n, profile, plan_horizon, start_plan=spec.start_plan,
+                                       initial_action=0 if spec.initial_action is None else spec.initial_action)
+    inner = [make_inner() if make_inner else make_env(env, spec) for _ in range(n)]
+    return VectorNetworkedEnv(EnvBatch(inner), spec, inner[0].observation_space, inner[0].action_space, profile,
+                              plan_horizon)
+
+
+def _numpy_cartpole(spec: TaskSpec) -> bool:
+    """Whether ``CartPoleBatch`` runs ``spec``: CartPole-v1 at its own step, held actions, success at the time limit."""
+    return (spec.env == 'CartPole-v1' and spec.dt == CartPoleBatch.TAU and spec.hold is HoldMode.LAST
+            and spec.success is SuccessRule.TIME_LIMIT)
 
 
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
@@ -144,7 +155,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     Continuous-action envs train a Gaussian policy with ``continuous_defaults()`` under PPO, a SAC actor with
     ``sac_defaults()`` under SAC; either way with the representation ``rep`` (default: the regime's).
     ``num_envs`` (default: the env's PPO default, 8 for CartPole) envs collect each rollout; from
-    ``FAST_PATH_MIN_ENVS`` on, CartPole runs on the fast path.
+    ``FAST_PATH_MIN_ENVS`` on, in one vector env.
 
     Plan policies (``plan_horizon > 1``) learn only from executed plan elements unless
     ``mask_unexecuted`` is False; an MLP plan actor is ``plan_head`` ('time': π(a | obs, j),

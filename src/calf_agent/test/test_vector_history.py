@@ -5,11 +5,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from calf_agent.regimes import FAST_PATH_MIN_ENVS, fast_path_supported, vec_env_factory
+from calf_agent.regimes import FAST_PATH_MIN_ENVS, vec_env_factory
 from calf_agent.representation import HistoryFeatures, Representation, VectorHistoryWrapper
 from calf_agent.trainer import _executed
 from calf_core.profiles import Profile, load_profile, profile_from_dict
-from calf_core.vector_networked import VectorNetworkedCartPole
+from calf_core.vector_networked import EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
 REP = Representation(frames=3, actions=2, obs_age=True)
 
@@ -88,11 +88,8 @@ def test_fast_path_features_equal_the_sync_vector_env_path_under_fixed_delays() 
     sync.close()
 
 
-def test_factory_picks_the_fast_path_for_many_cartpoles_behind_any_profile() -> None:
+def test_factory_picks_the_vector_path_for_many_envs_behind_any_profile() -> None:
     rep, profile = Representation(frames=2, actions=1), load_profile('full_net_aware')
-    assert fast_path_supported('cartpole', profile)
-    assert fast_path_supported('cartpole', load_profile('wifi_degraded'))  # its stalls fall back per env
-    assert not fast_path_supported('minigrid', profile)
     auto = vec_env_factory('cartpole', profile, rep, seed=0)
     envs = auto(FAST_PATH_MIN_ENVS)
     assert isinstance(envs, VectorHistoryWrapper) and isinstance(envs.env, VectorNetworkedCartPole)
@@ -101,8 +98,13 @@ def test_factory_picks_the_fast_path_for_many_cartpoles_behind_any_profile() -> 
     assert isinstance(vec_env_factory('cartpole', profile, rep, seed=0, fast=False)(64), gym.vector.SyncVectorEnv)
     stalls = vec_env_factory('cartpole', load_profile('wifi_degraded'), rep, seed=0, fast=True)(2)
     assert isinstance(stalls, VectorHistoryWrapper) and isinstance(stalls.env, VectorNetworkedCartPole)
-    inner = vec_env_factory('cartpole', profile, rep, seed=0, fast=True, make_inner=lambda: gym.make('CartPole-v1'))
-    assert isinstance(inner(2), gym.vector.SyncVectorEnv)
+    inner = vec_env_factory('cartpole', profile, rep, seed=0, fast=True, make_inner=lambda: gym.make('CartPole-v1'))(2)
+    assert isinstance(inner.env, VectorNetworkedEnv) and isinstance(inner.env.batch, EnvBatch)
+    pendulum = vec_env_factory('Pendulum-v1', load_profile('wifi_degraded'), rep, seed=0)(FAST_PATH_MIN_ENVS)
+    assert isinstance(pendulum.env, VectorNetworkedEnv) and isinstance(pendulum.env.batch, EnvBatch)
+    features, _ = pendulum.reset(seed=0)
+    _, reward, _, _, info = pendulum.step(np.zeros((FAST_PATH_MIN_ENVS, 1), np.float32))
+    assert features.shape[0] == reward.shape[0] == FAST_PATH_MIN_ENVS and (info['ticks'] >= 1).all()
 
 
 def test_plan_policies_get_executed_masks_on_the_fast_path() -> None:
