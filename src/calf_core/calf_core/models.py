@@ -350,7 +350,7 @@ class Stall(SingleCopyStage):
         gap_ms: float | dict[str, Any] | None = None,
         period_ms: float | dict[str, Any] | None = None,
         rate_hz: float | None = None,
-        mode: str | None = None,
+        mode: str = "periodic",
     ) -> None:
         duration = Distribution(_as_dist(duration_ms))
         if isinstance(period_ms, dict):
@@ -358,7 +358,7 @@ class Stall(SingleCopyStage):
         elif gap_ms is None:
             period_s = (period_ms / 1e3) if period_ms is not None else 1.0 / rate_hz
             gap_s = period_s - duration.mean
-            periodic = StallMode(mode or StallMode.PERIODIC) is StallMode.PERIODIC
+            periodic = StallMode(mode) is StallMode.PERIODIC
             gap = {'dist': 'fixed', 'value': gap_s} if periodic else {'dist': 'exponential', 'mean': gap_s}
             self.windows = OnOff(duration, Distribution(gap, scale=1.0))
         else:

@@ -137,9 +137,8 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
                      MIN_EVENT_MS, MAX_PERIOD_MS),
                  Key('rate_hz', 'number', 'Hz', 'stalls per second, 1000 / period_ms (with mode)', None,
                      1e3 / MAX_PERIOD_MS, 1e3 / MIN_EVENT_MS),
-                 Key('mode', 'choice', '-', 'with a number period_ms or rate_hz: periodic (the default) = gap fixed '
-                     'at period minus mean duration; random = that gap exponential', None,
-                     choices=('periodic', 'random'))),
+                 Key('mode', 'choice', '-', 'with a number period_ms or rate_hz: periodic = gap fixed at period '
+                     'minus mean duration; random = that gap exponential', 'periodic', choices=('periodic', 'random'))),
                 '{model: stall, duration_ms: {dist: uniform, low: 150, high: 300}, '
                 'gap_ms: {dist: uniform, low: 4000, high: 6000}}',
                 'exactly one of gap_ms, period_ms, rate_hz; mode only with a number period_ms or rate_hz; the mean '
@@ -200,7 +199,9 @@ def check_stage(spec: Any) -> dict[str, Any]:
     if schema is None:
         raise ConfigError(f"unknown model {short_repr(spec['model'])} (available: {', '.join(sorted(STAGES))})")
     params = _check_keys(schema.model, schema.keys, {k: v for k, v in spec.items() if k != 'model'})
-    _RULES.get(schema.model, lambda params: None)(params)
+    rule = _RULES.get(schema.model)
+    if rule is not None:
+        rule(params, set(spec))
     return params
 
 
@@ -385,13 +386,13 @@ def dist_mean(dist: dict[str, Any]) -> float:
     return dist['median'] * math.exp(dist['sigma'] ** 2 / 2)
 
 
-def _gamma_rule(params: dict[str, Any]) -> None:
-    given = {k for k in ('mean_ms', 'std_ms', 'shape', 'scale_ms') if k in params}
-    if given not in ({'mean_ms', 'std_ms'}, {'shape', 'scale_ms'}):
-        raise ConfigError(f'gamma_delay: give mean_ms and std_ms, or shape and scale_ms, got {", ".join(sorted(given))}')
+def _gamma_rule(params: dict[str, Any], given: set[str]) -> None:
+    pair = {k for k in ('mean_ms', 'std_ms', 'shape', 'scale_ms') if k in params}
+    if pair not in ({'mean_ms', 'std_ms'}, {'shape', 'scale_ms'}):
+        raise ConfigError(f'gamma_delay: give mean_ms and std_ms, or shape and scale_ms, got {", ".join(sorted(pair))}')
 
 
-def _empirical_rule(params: dict[str, Any]) -> None:
+def _empirical_rule(params: dict[str, Any], given: set[str]) -> None:
     edges, probs = params['bins_ms'], params['probs']
     if len(edges) != len(probs) + 1:
         raise ConfigError(f'empirical_delay: bins_ms needs len(probs) + 1 edges, got {len(edges)} edges for '
@@ -402,23 +403,23 @@ def _empirical_rule(params: dict[str, Any]) -> None:
         raise ConfigError(f'empirical_delay: probs must have a positive sum, got {short_repr(probs)}')
 
 
-def _gilbert_elliott_rule(params: dict[str, Any]) -> None:
-    given = {k for k in ('p_good_to_bad', 'p_bad_to_good', 'mean_good_ms', 'mean_bad_ms') if k in params}
-    if given not in ({'p_good_to_bad', 'p_bad_to_good'}, {'mean_good_ms', 'mean_bad_ms'}):
+def _gilbert_elliott_rule(params: dict[str, Any], given: set[str]) -> None:
+    chain = given & {'p_good_to_bad', 'p_bad_to_good', 'mean_good_ms', 'mean_bad_ms'}
+    if chain not in ({'p_good_to_bad', 'p_bad_to_good'}, {'mean_good_ms', 'mean_bad_ms'}):
         raise ConfigError('gilbert_elliott: give p_good_to_bad and p_bad_to_good (per message), or mean_good_ms '
-                          f'and mean_bad_ms (in time), got {", ".join(sorted(given)) or "none"}')
+                          f'and mean_bad_ms (in time), got {", ".join(sorted(chain)) or "none"}')
 
 
-def _stall_rule(params: dict[str, Any]) -> None:
-    given = [k for k in ('gap_ms', 'period_ms', 'rate_hz') if k in params]
-    if len(given) != 1:
-        raise ConfigError(f'stall: give exactly one of gap_ms, period_ms or rate_hz, got {", ".join(given) or "none"}')
+def _stall_rule(params: dict[str, Any], given: set[str]) -> None:
+    spacing = [k for k in ('gap_ms', 'period_ms', 'rate_hz') if k in params]
+    if len(spacing) != 1:
+        raise ConfigError(f'stall: give exactly one of gap_ms, period_ms or rate_hz, got {", ".join(spacing) or "none"}')
     if 'gap_ms' in params:
-        if 'mode' in params:
+        if 'mode' in given:
             raise ConfigError('stall: mode goes with a number period_ms or rate_hz, not with gap_ms')
         return
     period = params.get('period_ms', 1e3 / params.get('rate_hz', 1.0))
-    if isinstance(period, dict) and 'mode' in params:
+    if isinstance(period, dict) and 'mode' in given:
         raise ConfigError('stall: mode goes with a number period_ms or rate_hz; a distribution period_ms is '
                           'the start-to-start spacing itself')
     period_ms = dist_mean(period) if isinstance(period, dict) else period
@@ -437,7 +438,7 @@ def check_shared_stage(spec: dict[str, Any]) -> None:
                       'once; put other stages in uplink or downlink')
 
 
-def _trace_rule(params: dict[str, Any]) -> None:
+def _trace_rule(params: dict[str, Any], given: set[str]) -> None:
     lost = params.get('lost')
     if lost is not None and lost.size != params['delays_ms'].size:
         raise ConfigError(f'trace_replay: lost must be as long as delays_ms, got {len(lost)} and '
