@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from calf_agent.arbiter import Arbiter, make_arbiter
-from calf_agent.evaluate import EpisodeLog, evaluate_sim
+from calf_agent.evaluate import EpisodeLog, evaluate_sim, one_torch_thread
 from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
 from calf_agent.policy_runner import PolicyRunner
 from calf_core import progress as progress_bars
@@ -141,6 +141,7 @@ class HierarchySim:
             self.stepper.on_action(record.seq, record.episode, plan, now_ns / 1e9)
 
 
+@one_torch_thread()
 def evaluate_hierarchy_sim(hierarchy_dir: Path | str, profile: Profile, episodes: int, seed: int,
                            keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
     """Play ``episodes`` episodes of the hierarchy, its desktop side behind ``profile``."""

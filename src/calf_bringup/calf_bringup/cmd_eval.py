@@ -84,8 +84,6 @@ def renamed(args: argparse.Namespace, new: str, old: str, default: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-    torch.set_num_threads(1)  # a batch of small forward passes: more threads only contend (10x slower when loaded)
     backend = renamed(args, 'backend', 'mode', 'sim')
     placement = renamed(args, 'placement', 'graph', 'flat_desktop')
     if backend == 'ros':
