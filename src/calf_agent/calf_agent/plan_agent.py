@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import MlpAgent, as_batch, mlp
+from calf_core import progress as progress_bars
 
 PlanState = tuple[Tensor]
 """``(memory,)``, memory ``[1, B, 2 + H * A]``: a flag that a plan was sent, its obs seq, the plan
@@ -87,7 +87,7 @@ class DynamicsModel(nn.Module):
         optimizer = torch.optim.Adam(self.net.parameters(), lr)
         generator = torch.Generator().manual_seed(seed)
         loss = math.nan
-        for _ in tqdm(range(epochs), desc='dynamics model', unit='epoch', disable=not progress):
+        for _ in progress_bars.bar(epochs, 'epoch', 'dynamics model', allowed=progress, iterable=range(epochs)):
             order, total = torch.randperm(len(x_obs), generator=generator), 0.0
             for start in range(0, len(order), batch):
                 idx = order[start:start + batch]

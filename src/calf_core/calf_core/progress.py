@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -30,10 +31,11 @@ def enabled(allowed: bool = True) -> bool:
     return setting == '1' or sys.stderr.isatty()
 
 
-def bar(total: float | None, unit: str, desc: str | None = None, allowed: bool = True, initial: float = 0) -> tqdm:
-    """A tqdm bar on stderr, disabled unless ``enabled(allowed)``; its ETA is tqdm's."""
-    return tqdm(total=total, unit=unit, desc=desc, initial=initial, disable=not enabled(allowed), file=sys.stderr,
-                dynamic_ncols=True, mininterval=0.5)
+def bar(total: float | None, unit: str, desc: str | None = None, allowed: bool = True, initial: float = 0,
+        iterable: Iterable[Any] | None = None) -> tqdm:
+    """A tqdm bar on stderr (over ``iterable``, if given), disabled unless ``enabled(allowed)``; its ETA is tqdm's."""
+    return tqdm(iterable, total=total, unit=unit, desc=desc, initial=initial, disable=not enabled(allowed),
+                file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
 
 
 def report(done: int, total: int) -> None:
