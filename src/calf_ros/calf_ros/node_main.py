@@ -8,9 +8,9 @@ shut down from outside) ends the node like a signal does, without a traceback. A
 before ``run_node``: a SIGINT then is Python's KeyboardInterrupt, which is why ``calf run`` stops nodes
 with SIGTERM. Jazzy-compatible (explicit init and try/finally, no context manager).
 
-The nodes of the live loop (env, shim, policy) pass ``realtime=True``: before rclpy starts, the main
-thread moves to SCHED_FIFO at ``REALTIME_PRIORITY`` where permitted (root, CAP_SYS_NICE or an rtprio
-limit), else to nice ``-10``, else stays as it is; every thread started later (DDS, executor, ticks)
+The nodes of the live loop (env, shim, policy) pass ``realtime=True``: before rclpy starts, the
+process's threads move to SCHED_FIFO at ``REALTIME_PRIORITY`` where permitted (root, CAP_SYS_NICE or an
+rtprio limit), else to nice ``-10``, else stay as they are; every thread started later (DDS, ticks)
 inherits it, so a busy host's CPU-bound processes no longer delay a tick, a relay or an answer by
 their time slices. ``CALF_SCHEDULING=normal`` in the environment leaves scheduling alone. After
 start-up every node freezes the objects it has (``gc.freeze``): a full collection over torch's and
@@ -39,17 +39,20 @@ NICE = -10  # the fallback where SCHED_FIFO is not permitted
 
 
 def raise_priority() -> str:
-    """Move the calling thread (and the threads it starts later) ahead of normal processes, as far as
-    permitted; say what was applied. Children started by it go back to normal scheduling."""
+    """Move this process's threads (and the threads they start later, which inherit it) ahead of normal
+    processes, as far as permitted; say what was applied."""
     if os.environ.get('CALF_SCHEDULING', 'realtime') == 'normal':
         return 'normal (CALF_SCHEDULING=normal)'
+    threads = [int(tid) for tid in os.listdir('/proc/self/task')] if os.path.isdir('/proc/self/task') else [0]
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(REALTIME_PRIORITY))
+        for tid in threads:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
         return f'SCHED_FIFO priority {REALTIME_PRIORITY}'
     except (OSError, AttributeError):
         pass
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, NICE)
+        for tid in threads:
+            os.setpriority(os.PRIO_PROCESS, tid, NICE)  # on Linux, per thread
         return f'nice {NICE} (SCHED_FIFO not permitted)'
     except (OSError, AttributeError):
         return 'normal (neither SCHED_FIFO nor a lower nice value permitted)'
