@@ -46,7 +46,8 @@ def profile_report(profile: Profile) -> dict[str, Any]:
     return {'network': profile.name, 'compute_ms': profile.compute_ms, 'reorder': profile.reorder._asdict(),
             'defaults_used': list(profile.defaults), 'link_state': LINK_RULE,
             'uplink': [_stage(spec) for spec in profile.uplink],
-            'downlink': [_stage(spec) for spec in profile.downlink]}
+            'downlink': [_stage(spec) for spec in profile.downlink],
+            **({'shared': [_stage(spec) for spec in profile.shared]} if profile.shared else {})}
 
 
 def e2e_report(stats: E2EStats) -> dict[str, Any]:
@@ -87,9 +88,12 @@ def run(args: argparse.Namespace) -> int:
     print(f'  compute_ms {profile.compute_ms:g}{mark("compute_ms")}   reorder uplink '
           f'{str(profile.reorder.uplink).lower()}, downlink {str(profile.reorder.downlink).lower()}'
           f'{mark("reorder")} (false = FIFO)')
-    for direction in ('uplink', 'downlink'):
+    for direction in ('uplink', 'downlink', 'shared'):
+        if direction not in report:
+            continue
         stages = report[direction]
-        print(f'  {direction}:' + ('' if stages else ' ideal (no stages)'))
+        print(f'  {direction}:' + ('' if stages else ' ideal (no stages)')
+              + (' (one process, met by both directions after their own stages)' if direction == 'shared' else ''))
         for stage in stages:
             defaulted = set(stage['defaults_used'])
             values = [f'{k}: {_text(v)}{" (default)" if k in defaulted else ""}' for k, v in stage.items()

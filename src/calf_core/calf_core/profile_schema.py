@@ -126,7 +126,8 @@ STAGES: dict[str, StageSchema] = {s.model: s for s in (
                 'exactly one pair: p_good_to_bad and p_bad_to_good (per message), or mean_good_ms and mean_bad_ms '
                 '(in time)'),
     StageSchema('stall', 'link outages: a message whose arrival falls in a stall is released when it ends; '
-                'stalls alternate with gaps as one renewal process, started at a random phase',
+                'stalls and the spacing between them (gap_ms end to start, or period_ms start to start) are one '
+                'renewal process, started at a random phase',
                 (Key('duration_ms', 'distribution', 'ms', 'how long each stall lasts', low=MIN_EVENT_MS,
                      high=MAX_DELAY_MS),
                  Key('gap_ms', 'distribution', 'ms', 'time from the end of one stall to the start of the next',
@@ -417,11 +418,14 @@ def _stall_rule(params: dict[str, Any], given: set[str]) -> None:
     if 'gap_ms' in params:
         if 'mode' in given:
             raise ConfigError('stall: mode goes with a number period_ms or rate_hz, not with gap_ms')
+        del params['mode']  # no mode applies: the defaults filled in name none
         return
     period = params.get('period_ms', 1e3 / params.get('rate_hz', 1.0))
     if isinstance(period, dict) and 'mode' in given:
         raise ConfigError('stall: mode goes with a number period_ms or rate_hz; a distribution period_ms is '
                           'the start-to-start spacing itself')
+    if isinstance(period, dict):
+        del params['mode']
     period_ms = dist_mean(period) if isinstance(period, dict) else period
     mean_ms = dist_mean(params['duration_ms'])
     if mean_ms >= period_ms:
