@@ -218,3 +218,24 @@ def test_bad_profile_at_start_up_exits_2_with_one_line() -> None:
     available = ', '.join(available_profiles())
     assert proc.stderr.strip().splitlines() == [
         f"shim_node: error: unknown network profile 'no_such_profile' (available: {available})"]
+
+
+def test_the_shim_runs_one_shared_process_for_both_relays(graph: Graph, tmp_path: Path) -> None:
+    """A profile's shared stages are one process the shim's two relays meet: messages that reach the shim at
+    the same instant each way are held by the same stall and lost in the same Gilbert-Elliott bad spells. Fed
+    through the shim's own relays at chosen arrival times, so that no DDS timing enters the comparison."""
+    path = tmp_path / 'radio.yaml'
+    path.write_text("uplink: []\ndownlink: same\nshared:\n"
+                    "  - {model: stall, duration_ms: 100, period_ms: {dist: uniform, low: 300, high: 500}}\n"
+                    "  - {model: gilbert_elliott, mean_good_ms: 600, mean_bad_ms: 300, loss_good: 0, loss_bad: 1}\n")
+    shim = graph.start_shim(network=str(path), seed=5)
+    releaser = shim.releaser
+    assert releaser is not None
+    start = time.monotonic() + 3600.0  # released long after the test: nothing is published
+    up, down = [], []
+    for k in range(400):
+        received_s = start + 0.01 * k
+        up.append([t - received_s for t in releaser.submit(0, Observation(), 64, received_s)])
+        down.append([t - received_s for t in releaser.submit(1, Action(), 64, received_s)])
+    assert up == down  # one process: the same holds and the same losses each way
+    assert 0 < sum(not r for r in up) < 300 and any(r and r[0] > 0.0 for r in up)
