@@ -21,6 +21,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from heapq import heappop, heappush
+from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -217,15 +219,22 @@ def synth_trace(profile: Profile, duration_s: float, dt_s: float = 0.02, seed: i
         raise ConfigError(f'synth_trace: {duration_s:g} s at one message every {dt_s:g} s is more than '
                           f'{MAX_SYNTH_MESSAGES} messages: shorten the duration or raise dt')
     uplink, downlink = profile.make_links(np.random.default_rng(seed))
-    samples, answered = [], []
+    samples, pending, answers = [], [], count()  # pending: a heap of first arrivals not answered yet
+
+    def answer() -> None:  # the earliest pending arrival, before any later send: the links go forward together
+        send_s = heappop(pending) + profile.compute_ms / 1e3
+        arrivals = downlink.transmit(send_s, size_bytes)
+        samples.append(message_sample(Direction.DOWNLINK, next(answers), send_s, arrivals, size_bytes))
+
     for k in range(max(1, int(round(duration_s / dt_s)))):
+        while pending and pending[0] <= k * dt_s:
+            answer()
         arrivals = uplink.transmit(k * dt_s, size_bytes)
         samples.append(message_sample(Direction.UPLINK, k, k * dt_s, arrivals, size_bytes))
-        answered.extend(arrivals[:1])
-    for i, arrive_s in enumerate(sorted(answered)):
-        send_s = arrive_s + profile.compute_ms / 1e3
-        arrivals = downlink.transmit(send_s, size_bytes)
-        samples.append(message_sample(Direction.DOWNLINK, i, send_s, arrivals, size_bytes))
+        if arrivals:
+            heappush(pending, arrivals[0])
+    while pending:
+        answer()
     return Trace.from_samples(samples)
 
 
