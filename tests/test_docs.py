@@ -104,17 +104,13 @@ def test_data_blocks_parse() -> None:
                 json.loads(b.code)
 
 
-def test_the_convention_is_checked() -> None:
+def test_the_convention_is_checked(tmp_path: Path) -> None:
     """The parser sees markers, reasons, indented fences and unknown languages (a page of its own)."""
     sample = ('intro\n<!-- not-run: needs a Pi -->\n```bash\nros2 launch x\n```\n\n<!-- slow -->\n```python\n'
               'print(1)\n```\n1. step\n\n   ```bash\n   echo hi\n   ```\n```sh\nls\n```\n')
-    page = ROOT / 'build' / 'test_docs_sample.md'
-    page.parent.mkdir(exist_ok=True)
+    page = tmp_path / 'sample.md'
     page.write_text(sample, encoding='utf-8')
-    try:
-        got = [(b.lang, b.marker, b.reason, b.code) for b in blocks(page)]
-    finally:
-        page.unlink()
+    got = [(b.lang, b.marker, b.reason, b.code) for b in blocks(page)]
     assert got == [('bash', 'not-run', 'needs a Pi', 'ros2 launch x\n'), ('python', 'slow', '', 'print(1)\n'),
                    ('bash', '', '', 'echo hi\n'), ('sh', '', '', 'ls\n')]
 
