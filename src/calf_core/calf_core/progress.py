@@ -21,6 +21,7 @@ ENV = 'CALF_PROGRESS'
 FILE_ENV = 'CALF_PROGRESS_FILE'
 """When set, training writes ``DONE TOTAL`` (env steps) to this file as it goes (see ``report``)."""
 POLL_S = 0.5
+"""How often ``watching`` reads the file."""
 
 
 def enabled(allowed: bool = True) -> bool:
@@ -28,7 +29,7 @@ def enabled(allowed: bool = True) -> bool:
     setting = os.environ.get(ENV, '').strip()
     if not allowed or setting == '0':
         return False
-    return setting == '1' or sys.stderr.isatty()
+    return setting == '1' or (sys.stderr is not None and sys.stderr.isatty())
 
 
 def bar(total: float | None, unit: str, desc: str | None = None, allowed: bool = True, initial: float = 0,
