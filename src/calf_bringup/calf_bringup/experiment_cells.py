@@ -177,6 +177,7 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
     waiting = [c for c in cells if c.key not in outcomes]
     in_flight: dict[Any, tuple[Cell, int]] = {}
     with progress_bars.bar(len(cells), 'cell', desc, initial=len(outcomes)) as bar:
+        bar.bar_format = '{l_bar}{bar}| {n:.2f}/{total_fmt} cells [{elapsed}<{remaining}, {rate_fmt}{postfix}]'
         def show() -> None:
             failed = sum(o.status == 'failed' for o in outcomes.values())
             steps = [r for r in (progress_bars.read_report(_progress_file(logs, c)) for c, _ in in_flight.values()) if r]
