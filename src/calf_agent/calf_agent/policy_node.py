@@ -2,7 +2,9 @@
 
 The decisions are ``calf_agent.policy_runner.PolicyRunner``'s: newest observation only, the
 trainer's features, recurrent state per episode. ``compute_ms`` in each Action is the time from
-the observation's arrival in the callback to the action's publication, on the steady clock.
+the observation's arrival in the callback to the action's publication, on the steady clock. torch is
+imported when the node is made, not with this module: ``main`` then loads it after ``run_node`` raised
+the process's priority, which on a busy host cut the node's start-up most (torch is most of it).
 """
 from __future__ import annotations
 
@@ -10,11 +12,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
-from calf_agent.policy_runner import PolicyRunner
 from calf_core.errors import ConfigError, MessageError
 from calf_msgs.msg import Action, Observation
 from calf_ros.conversions import msg_to_obs, plan_to_msg
@@ -54,6 +54,8 @@ class PolicyNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('policy', **kwargs)
         self.config = cfg = PolicyNodeConfig.from_node(self)
+        from calf_agent.policy_runner import PolicyRunner  # torch: see the module's docstring
+
         self.runner = runner = PolicyRunner.from_checkpoint(cfg.policy, cfg.deterministic)
         self.received = self.rejected = self.acted = 0
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
@@ -88,9 +90,15 @@ class PolicyNode(Node):
         self.acted += 1
 
 
-def main(args: list[str] | None = None) -> int:
+def _make_node() -> PolicyNode:
+    import torch
+
     torch.set_num_threads(1)  # more threads do not speed up a small policy; they spin on cores other nodes need
-    return run_node('policy_node', PolicyNode, args, realtime=True)
+    return PolicyNode()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node('policy_node', _make_node, args, realtime=True)
 
 
 if __name__ == '__main__':
