@@ -158,7 +158,9 @@ def test_the_recipe_as_a_new_user_runs_it(tmp_path: Path) -> None:
     table = next((tmp_path / 'local').glob('env_*.json')).name
     assert json.loads((tmp_path / 'joined' / table).read_text())['cells'] == json.loads(
         (tmp_path / 'local' / table).read_text())['cells']
-    assert wrong.returncode == 2 and 'ray get-auth-token' in wrong.stderr.splitlines()[-1], wrong.stderr[-3000:]
+    last = wrong.stderr.splitlines()[-1]
+    assert wrong.returncode == 2 and "uses token authentication and refused this machine's token" in last, last
+    assert 'ray get-auth-token' in last
 
 
 def test_cluster_address_without_a_cluster_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -60,9 +60,13 @@ class RayExecutor:
             ray.init(address=None if address == 'local' else address, log_to_driver=False,
                      include_dashboard=False if address == 'local' else None)
         except (ConnectionError, ray.exceptions.AuthenticationError) as err:
-            raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): if its head uses token '
-                              'authentication, run `ray get-auth-token` there and put its output in '
-                              f'{DEFAULT_TOKEN} (or RAY_AUTH_TOKEN) on this machine') from None
+            if 'InvalidAuthToken' not in f'{err} {err.__cause__}':
+                raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): start one with '
+                                  '`ray start --head`') from None
+            what = "refused this machine's token" if has_token() else 'needs a token, which this machine has not'
+            raise ConfigError(f'the Ray cluster at {address!r} uses token authentication and {what}: run '
+                              f'`ray get-auth-token` on its head and put the output in {DEFAULT_TOKEN} '
+                              '(or RAY_AUTH_TOKEN) on this machine') from None
         if not had_token and DEFAULT_TOKEN.is_file():
             print(f'Ray wrote a new authentication token to {DEFAULT_TOKEN}: it guards the cluster started here, '
                   'and `ray start --head` on this machine will use it too', file=sys.stderr)
