@@ -217,7 +217,8 @@ def test_nodes_die_with_a_killed_calf_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded'),
                                                  ('continuous_policy', 'wifi_normal'),
                                                  ('continuous_planner', 'wifi_degraded'),
-                                                 ('delay_state_policy', 'wifi_normal')])
+                                                 ('delay_state_policy', 'wifi_normal'),
+                                                 ('policy', 'shared_outage')])
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """One policy, 20 episodes per backend: returns agree, and the live graph pays the modelled delays; the
@@ -225,7 +226,9 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
 
     Single actions run under wifi_normal, for CartPole and for a continuous task (InvertedPendulum-v5, its
     torques in Action.continuous), and for a CartPole policy that reads the delay state, which reaches the
-    policy node in Observation's applied_obs_seq and applied_index and the virtual-time policy in info. Plans (H = 8,
+    policy node in Observation's applied_obs_seq and applied_index and the virtual-time policy in info; and under
+    shared_outage, whose stall and Gilbert-Elliott bursts are one process both directions meet, in the shim as in
+    virtual time. Plans (H = 8,
     from the model planner: CartPole with the env's start plan, InvertedPendulum-v5 with zero torque) run under
     wifi_degraded, where their return depends on when each plan arrives: the same
     planner with H = 4 and lead 1 scores about 40 there in virtual time, with H = 8 and lead 3 about 130.
@@ -259,7 +262,10 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     env_results = sorted(results.received, key=lambda r: r.seq)[:20]
     assert [r.seq for r in env_results] == list(range(20))
     assert [r.episode_return for r in env_results] == ros['returns']
-    assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in env_results[:3]), env_results[:3]
+    # the env node replays an episode 0 no action reached; a later episode under shared_outage may meet an outage
+    # that keeps every action of its few ticks away
+    played = env_results[:1] if network == 'shared_outage' else env_results[:3]
+    assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in played), played
     assert set(sim) == set(ros)
     assert (sim['backend'], ros['backend'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
     missed, ticks = map(int, MISSED_DEADLINES.findall(log)[-1])  # the env node's line after the last episode
