@@ -151,3 +151,15 @@ def test_distributed_training_shows_the_learners_env_steps(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'train: 100%' in done.stderr and '2048/2048' in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / 'run' / '.progress').exists()
+
+
+@pytest.mark.slow
+def test_train_into_a_pipe_is_quiet_and_with_progress_shows_its_env_steps(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != progress.ENV}
+    runs = {flag: subprocess.run([sys.executable, '-m', 'calf_bringup.cli', 'train', '--env', 'cartpole', '--steps',
+                                  '2048', '--out', str(tmp_path / (flag.strip('-') or 'plain')), *([flag] if flag else [])],
+                                 env=env, capture_output=True, text=True, timeout=280)
+            for flag in ('', '--progress')}
+    assert all(r.returncode == 0 for r in runs.values()), [r.stderr[-2000:] for r in runs.values()]
+    assert 'step' not in runs[''].stderr
+    assert '2048/2048' in runs['--progress'].stderr and 'step/s' in runs['--progress'].stderr
