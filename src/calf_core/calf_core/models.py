@@ -270,8 +270,8 @@ class OnOff:
         self._head = 0  # windows before this one ended before the floor: no later query is in them
         self._next_start_s = math.inf
 
-    def end_at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
-        """The end of the window holding time ``t``, or None; no later query will lie before ``floor_s``."""
+    def release(self, t: float, floor_s: float, rng: np.random.Generator) -> float:
+        """The end of the window holding time ``t``, else ``t``; no later query will lie before ``floor_s``."""
         if not self._started:
             self._start(floor_s, rng)
         if self._next_start_s <= t:
@@ -284,7 +284,7 @@ class OnOff:
             head = 0
         self._head = head
         i = bisect_right(starts, t, head) - 1
-        return ends[i] if i >= head and t < ends[i] else None
+        return ends[i] if i >= head and t < ends[i] else t
 
     def _extend(self, t: float, rng: np.random.Generator) -> None:
         """Draw the windows up to time t (see MAX_RENEWALS); keep at most MAX_RENEWALS of them."""
@@ -365,18 +365,17 @@ class Stall(SingleCopyStage):
             self.windows = OnOff(duration, Distribution(_as_dist(gap_ms)))
         self.duration, self.gap, self.period = duration, self.windows.gap, self.windows.period
         self.stalled_fraction = self.windows.on_fraction
+        self._release = self.windows.release
 
     def reset(self) -> None:
         self.windows.reset()
 
     def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
         """A message at time ``t`` leaves at the end of the stall holding it (else at ``t``)."""
-        end = self.windows.end_at(t, floor_s, rng)
-        return t if end is None else end
+        return self._release(t, floor_s, rng)
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        end = self.windows.end_at(arrive_s, send_s, rng)
-        return arrive_s if end is None else end
+        return self._release(arrive_s, send_s, rng)
 
 
 class GilbertElliottInTime(SingleCopyStage):
@@ -404,7 +403,7 @@ class GilbertElliottInTime(SingleCopyStage):
 
     def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
         """``t``, or None if the message at time ``t`` is lost."""
-        p = self.loss_good if self.windows.end_at(t, floor_s, rng) is None else self.loss_bad
+        p = self.loss_bad if self.windows.release(t, floor_s, rng) > t else self.loss_good  # held: a bad spell
         if p <= 0.0 or (p < 1.0 and float(rng.random()) >= p):
             return t
         return None
