@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f'calf {args.command}: interrupted', file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (calf profile list | head): stop quietly, as shell tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
 
 
 if __name__ == '__main__':

@@ -42,3 +42,11 @@ def test_env_module_in_working_directory_trains(user_dir: Path, pythonpath: str)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result['steps'] >= 64
     assert (user_dir / 'out' / 'meta.json').is_file()
+
+
+@pytest.mark.skipif(CALF is None, reason='the calf command is not on PATH: source env.sh')
+def test_a_reader_that_goes_away_stops_calf_quietly() -> None:
+    listing = subprocess.Popen([CALF, 'profile', 'schema'], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listing.stdout.close()  # as `calf profile schema | head -0` does
+    _, err = listing.communicate(timeout=60)
+    assert listing.returncode in (0, 141) and b'Traceback' not in err, err.decode()[-2000:]
