@@ -28,7 +28,7 @@ the observation at decision time), ``obs_lost``/``actions_lost`` (this episode) 
 ``episode_e2e_ms``, ``success`` and ``ticks_held``. ``info`` is a :class:`StepInfo`, a dict whose deep
 copy (SB3's ``DummyVecEnv`` makes one every step) shares its immutable values.
 
-:mod:`calf_core.vector_networked` applies the same rules to many CartPoles at once, in numpy.
+:mod:`calf_core.vector_networked` applies the same rules to many envs at once, in numpy.
 """
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
-"""The many-env fast path: ``VectorNetworkedCartPole``, N networked CartPoles stepped in numpy.
+"""The vector NetworkedEnv: ``VectorNetworkedEnv``, N networked envs whose links and timing run in numpy.
 
-It runs ``num_envs`` copies of CartPole-v1 (gymnasium's physics in the same float64 operations,
-its termination and its 500-tick truncation) behind per-env simulated links, in virtual time,
-under the timing rules of :mod:`calf_core.timing` exactly as :class:`~calf_core.networked_env.NetworkedEnv`
-applies them: one decision per observation delivered, the reward summed over the ticks since the
-previous decision, plans executed by tick index with a zero-order hold (or the start plan before the
-first one), stale observations skipped, the newest of those arriving at one instant kept
-(:func:`calf_core.timing.keep_newest`), stale plans discarded, and the end-to-end latency read on
-the env side. Each env handles its events one at a time in NetworkedEnv's order (time, then action
+It runs ``num_envs`` copies of an env with Discrete or Box actions (``EnvBatch``: any gymnasium env,
+stepped one by one in this process; ``CartPoleBatch``: CartPole-v1's physics in numpy, in the same
+float64 operations, with its termination and 500-tick truncation, which ``VectorNetworkedCartPole``
+runs) behind per-env simulated links, in virtual time, under the timing rules of :mod:`calf_core.timing`
+exactly as :class:`~calf_core.networked_env.NetworkedEnv` applies them: one decision per observation
+delivered, the reward summed over the ticks since the previous decision, plans executed by tick index
+under the task's hold rule (or its start plan before the first one), stale observations skipped, the
+newest of those arriving at one instant kept (:func:`calf_core.timing.keep_newest`), stale plans
+discarded, and the end-to-end latency read on the env side. Each env handles its events one at a time in NetworkedEnv's order (time, then action
 arrival < tick < observation delivery < policy free); all envs do so at once, in arrays, and a step
 ends when every env has reached its next decision. Episodes reset in the same step (gymnasium's
 ``AutoresetMode.SAME_STEP``: ``info['final_obs']`` and ``info['final_info']``).
