@@ -16,10 +16,10 @@ from calf_agent.policy_runner import check_action_space, check_observation_size
 from calf_agent.representation import (
     HistoryFeatures,
     Representation,
-    first_actions,
     history_actions,
     observation_age_s,
     observation_facts,
+    remembered_actions,
 )
 from calf_core import progress as progress_bars
 from calf_core.envs import make_networked_env
@@ -112,8 +112,8 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                 action = actions[i]
                 obs, _, terminated, truncated, info = envs[i].step(action)
                 if not (terminated or truncated):
-                    feats[i] = histories[i].update(obs, first_actions(action, 1, continuous, width)[0],
-                                                   observation_age_s(rep, info), observation_facts(rep, info))
+                    sent = remembered_actions(action, 1, continuous, width, rep.history_element)[0]
+                    feats[i] = histories[i].update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))
                     seqs[i] = info['obs_seq']
                     continue
                 summary = envs[i].stepper.finish()
