@@ -6,9 +6,9 @@ Rows (all under ``--network``, default wifi_degraded):
   ``gym.make_vec('calf/Networked-v0', env='CartPole-v1')`` (gymnasium's CartPole stepped one by one),
   against gymnasium's own vector CartPole (``gym.make_vec('CartPole-v1', vectorization_mode='vector_entry_point')``);
 - CartPole, ``--many`` envs (256): ``VectorNetworkedCartPole`` agent steps/s (goal >= 1,000,000);
-- HalfCheetah-v5, ``--envs`` envs: ``gym.make_vec('calf/Networked-v0', env='HalfCheetah-v5')`` (in this process)
-  against gymnasium's ``AsyncVectorEnv`` of bare HalfCheetahs (subprocesses, both cores) and its
-  ``SyncVectorEnv`` (one core).
+- HalfCheetah-v5, ``--envs`` envs: ``gym.make_vec('calf/Networked-v0', env='HalfCheetah-v5')`` (in this process,
+  and with ``workers=2``: in two worker processes) against gymnasium's ``AsyncVectorEnv`` of bare HalfCheetahs
+  (subprocesses, both cores) and its ``SyncVectorEnv`` (one core).
 
 Throughput is env ticks per second of wall-clock time (``info['ticks']`` summed for the networked env, one per
 env and step for the bare ones; the async env's work is in its subprocesses, so CPU time of this process would
@@ -70,6 +70,8 @@ def main() -> None:
             f'HalfCheetah bare sync x{n}': lambda: gym.make_vec('HalfCheetah-v5', n, vectorization_mode='sync'),
             f'make_vec HalfCheetah-v5 x{n}': lambda: gym.make_vec(calf_core.ENV_ID, n, env='HalfCheetah-v5',
                                                                  network=net),
+            f'make_vec HalfCheetah-v5 x{n} workers=2': lambda: gym.make_vec(
+                calf_core.ENV_ID, n, env='HalfCheetah-v5', network=net, workers=2),
         })
     measured: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     for _ in range(args.repeats):
@@ -87,9 +89,10 @@ def main() -> None:
     many = median[f'VectorNetworkedCartPole x{args.many}'][1]
     print(f'CartPole x{args.many}: {many:,.0f} agent steps/s (goal >= 1,000,000)')
     if f'make_vec HalfCheetah-v5 x{n}' in median:
-        net_hc = median[f'make_vec HalfCheetah-v5 x{n}'][0]
-        print(f'HalfCheetah x{n}: {net_hc / median[f"HalfCheetah bare async x{n}"][0]:.2f}x the bare async env, '
-              f'{net_hc / median[f"HalfCheetah bare sync x{n}"][0]:.2f}x the bare sync env (goal >= 0.9x async)')
+        bare_async, bare_sync = median[f'HalfCheetah bare async x{n}'][0], median[f'HalfCheetah bare sync x{n}'][0]
+        for name in (f'make_vec HalfCheetah-v5 x{n}', f'make_vec HalfCheetah-v5 x{n} workers=2'):
+            print(f'{name}: {median[name][0] / bare_async:.2f}x the bare async env, '
+                  f'{median[name][0] / bare_sync:.2f}x the bare sync env (goal >= 0.9x async)')
 
 
 if __name__ == '__main__':

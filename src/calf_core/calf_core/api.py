@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from calf_core.env_workers import ProcessEnvBatch
 from calf_core.envs import FlattenObservation, builtin_for_id, env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError, ConfigTypeError, shown
 from calf_core.limits import MAX_PLAN_HORIZON, U64_MAX
@@ -32,6 +33,8 @@ from calf_core.vector_networked import EnvBatch, VectorNetworkedEnv
 
 MAX_VECTOR_ENVS = 65536
 """Most envs ``make_vec`` builds in one vector env."""
+MAX_ENV_WORKERS = 256
+"""Most worker processes ``make_vec`` starts."""
 
 
 def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt: float | None = None,
@@ -80,21 +83,30 @@ def make(env: str | gym.Env = 'cartpole', network: str | Path | Profile = 'wifi_
 
 def make_vec(num_envs: int = 1, env: str = 'cartpole', network: str | Path | Profile = 'wifi_degraded',
              dt: float | None = None, seed: int = 0, plan_horizon: int = 1,
-             task: TaskSpec | str | None = None) -> VectorNetworkedEnv:
+             task: TaskSpec | str | None = None, workers: int = 0) -> VectorNetworkedEnv:
     """The vector entry point of ``calf/Networked-v0`` (``gym.make_vec``): ``num_envs`` copies of ``env``, each as
     :func:`wrap` builds it, stepped together in one :class:`~calf_core.vector_networked.VectorNetworkedEnv` (the
     links of all envs simulated together, ``SAME_STEP`` autoreset). ``env`` is a name, not an env object: each
-    copy is built from it. ``gym.make_vec(..., vectorization_mode='sync')`` gives a SyncVectorEnv of wrapped envs."""
+    copy is built from it. ``workers`` > 0 steps the envs in that many worker processes (``ProcessEnvBatch``: slow
+    envs such as MuJoCo's then use every core), 0 in this process. ``gym.make_vec(..., vectorization_mode='sync')``
+    gives a SyncVectorEnv of wrapped envs."""
     if not isinstance(env, (str, os.PathLike)):
         raise ConfigTypeError(f'make_vec: env must be an env name such as "Pendulum-v1" (each copy is built from it), '
                               f'got {_short(env)}')
     _check_int(num_envs, 'num_envs', 1, MAX_VECTOR_ENVS)
+    _check_int(workers, 'workers', 0, MAX_ENV_WORKERS)
     _check_arguments(env, network, seed, plan_horizon, task)
     profile = network if isinstance(network, Profile) else load_profile(network)
     first = wrap(env, profile, dt, seed, plan_horizon, task)
-    copies = [first.env] + [wrap(env, profile, dt, seed, plan_horizon, first.task).env for _ in range(num_envs - 1)]
-    return VectorNetworkedEnv(EnvBatch(copies), first.task, first.env.observation_space, first.env.action_space,
-                              profile, int(plan_horizon), seed=int(seed))
+    spec = first.task
+
+    def copy() -> gym.Env:
+        return wrap(env, profile, dt, seed, plan_horizon, spec).env
+
+    batch = EnvBatch([first.env] + [copy() for _ in range(num_envs - 1)]) if not workers \
+        else ProcessEnvBatch([copy] * num_envs, int(workers))
+    return VectorNetworkedEnv(batch, spec, first.env.observation_space, first.env.action_space, profile,
+                              int(plan_horizon), seed=int(seed))
 
 
 def _seconds(dt: Any) -> float | None:

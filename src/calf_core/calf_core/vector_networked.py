@@ -69,6 +69,7 @@ class CartPoleBatch:
     HIGH = np.array([X_LIMIT * 2, np.inf, THETA_LIMIT * 2, np.inf], dtype=np.float32)
 
     def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
         self.state = np.zeros((num_envs, 4))
         self.steps = np.zeros(num_envs, np.int64)  # steps this episode, for the time limit
         self._rngs = [np.random.default_rng() for _ in range(num_envs)]
@@ -112,6 +113,7 @@ class EnvBatch:
 
     def __init__(self, envs: Sequence[gym.Env]) -> None:
         self.envs = list(envs)
+        self.num_envs = len(self.envs)
         space = self.envs[0].action_space
         # a Discrete action reaches the env as the space's numpy integer, as Stepper passes it
         self._env_action: Any = space.dtype.type if isinstance(space, gym.spaces.Discrete) else None
@@ -265,7 +267,8 @@ def _rounds(pos: np.ndarray, copies: bool) -> list[Any]:
 class VectorNetworkedEnv(VectorEnv):
     """``batch``'s envs, each behind ``profile``'s links, as one gymnasium VectorEnv (see the module doc).
 
-    ``batch`` steps the envs: an :class:`EnvBatch` of any gymnasium envs, or :class:`CartPoleBatch`. ``task``
+    ``batch`` steps the envs: an :class:`EnvBatch` of any gymnasium envs, a
+    :class:`~calf_core.env_workers.ProcessEnvBatch` of them in worker processes, or :class:`CartPoleBatch`. ``task``
     gives the tick, hold rule, initial action, start plan and success rule, as NetworkedEnv's; the spaces are
     one env's; ``seed`` seeds the links on the first reset when it is given no seed. Actions are one per env, or plans of ``plan_horizon`` (``MultiDiscrete``, or Box ``(H, *shape)``);
     Box plans are clipped to the bounds, as NetworkedEnv clips them. An action out of the space (a Discrete
@@ -276,7 +279,7 @@ class VectorNetworkedEnv(VectorEnv):
 
     def __init__(self, batch: Any, task: TaskSpec, observation_space: gym.Space, action_space: gym.Space,
                  profile: Profile, plan_horizon: int = 1, seed: int | None = None) -> None:
-        num_envs = len(batch.state) if isinstance(batch, CartPoleBatch) else len(batch.envs)
+        num_envs = batch.num_envs
         if num_envs < 1 or plan_horizon < 1:
             raise ValueError(f'num_envs and plan_horizon must be >= 1, got {num_envs} and {plan_horizon}')
         self.batch, self.task, self.num_envs, self.plan_horizon = batch, task, num_envs, plan_horizon

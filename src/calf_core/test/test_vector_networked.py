@@ -362,3 +362,28 @@ def test_gym_make_vec_builds_one_vector_env_for_any_env() -> None:
     with pytest.raises(ConfigTypeError, match='env must be an env name') as error:
         calf_core.api.make_vec(2, env=gym.make('CartPole-v1'))
     assert '\n' not in str(error.value)
+
+
+def test_envs_in_worker_processes_step_as_in_this_process() -> None:
+    """``make_vec(workers=2)`` (ProcessEnvBatch) gives the same run as the envs stepped in this process."""
+    runs = []
+    for workers in (0, 2):
+        envs = calf_core.api.make_vec(5, env='Pendulum-v1', network='wifi_degraded', seed=4, workers=workers)
+        obs, _ = envs.reset(seed=9)
+        trace = [obs]
+        for step in range(120):
+            obs, reward, terminated, truncated, info = envs.step(np.sin(obs[:, 1:2] + step))
+            trace += [obs, reward, info['ticks'], info['e2e_ms'], truncated]
+        envs.close()
+        runs.append(trace)
+    assert len(runs[0]) == len(runs[1]) and all(np.array_equal(a, b) for a, b in zip(*runs))
+
+
+def test_a_worker_that_cannot_build_its_env_is_one_error() -> None:
+    from calf_core.env_workers import ProcessEnvBatch
+
+    def broken() -> gym.Env:
+        raise ValueError('no robot attached')
+
+    with pytest.raises(RuntimeError, match='no robot attached'):
+        ProcessEnvBatch([lambda: gym.make('Pendulum-v1'), broken], workers=2)
