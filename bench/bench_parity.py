@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,8 @@ GOALS = {0: (0.02, 0.15), 4: (0.05, 0.10)}  # --load: |ros / sim - 1| of E2E p50
 MISSED_GOAL = 0.005  # share of tick deadlines missed
 # the env node's line after each episode: "... held 0, 3 of 1234 tick deadlines missed"
 MISSED = re.compile(r'(\d+) of (\d+) tick deadlines missed')
+COUNT_STARTS = re.compile(r'\[(\d+\.\d+)\] \[[\w.]*env\]: policy heard after .* episode 0 of the count starts')
+STARTUP_GOAL_S = 10.0  # from calf eval's start to the start of the first counted episode
 SPIN = 'import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n'
 
 
@@ -46,7 +49,9 @@ def cpu_load(processes: int, limit_s: float) -> Iterator[None]:
 
 
 def evaluate(policy: Path, network: str, backend: str, episodes: int, seed: int) -> dict:
-    """``calf eval``'s JSON report; for the ros backend with ``missed`` and ``ticks`` from the env node's log."""
+    """``calf eval``'s JSON report; for the ros backend with ``missed`` and ``ticks`` from the env node's log
+    and ``startup_s``, from the command's start to the first counted episode's (the log's wall-clock stamps)."""
+    started = time.time()
     argv = [sys.executable, '-m', 'calf_bringup.cli', 'eval', '--policy', str(policy), '--network', network,
             '--backend', backend, '--episodes', str(episodes), '--seed', str(seed), '--time-scale', '1', '--json']
     done = subprocess.run(argv, capture_output=True, text=True, env=os.environ)
@@ -56,6 +61,9 @@ def evaluate(policy: Path, network: str, backend: str, episodes: int, seed: int)
     counts = MISSED.findall(done.stderr)
     if backend == 'ros' and counts:
         report['missed'], report['ticks'] = map(int, counts[-1])
+    starts = COUNT_STARTS.findall(done.stderr)
+    if backend == 'ros' and starts:
+        report['startup_s'] = float(starts[-1]) - started
     return report
 
 
@@ -100,6 +108,11 @@ def main() -> None:
         missed = statistics.median(r['missed'] / r['ticks'] for r in timed)
         verdict = 'met' if missed < MISSED_GOAL else 'NOT met'
         print(f'{"missed deadlines":<18}{0:>10.2%}{missed:>10.2%}{"":>12}   below {MISSED_GOAL:.1%}: {verdict}')
+    started = [r['startup_s'] for r in ros_runs if 'startup_s' in r]
+    if started:
+        verdict = 'met' if statistics.median(started) <= STARTUP_GOAL_S else 'NOT met'
+        print(f'{"first count (s)":<18}{"":>10}{statistics.median(started):>10.1f}{"":>12}   '
+              f'within {STARTUP_GOAL_S:g} s: {verdict}')
     ros_return = statistics.median(r['mean_return'] for r in ros_runs)
     print(f'{"mean return":<18}{sim["mean_return"]:>10.1f}{ros_return:>10.1f}')
 
