@@ -427,32 +427,35 @@ class VectorNetworkedEnv(VectorEnv):
         return info
 
     def _advance(self, active: np.ndarray) -> None:
-        """Handle each active env's events, one per env per pass, until it must decide."""
-        rows = self._rows
-        while active.any():
-            obs_t = self._obs_key.min(axis=1) >> _SEQ_BITS
-            act_slot = self._act_key.argmin(axis=1)
-            act_t = self._act_key[rows, act_slot] >> _SEQ_BITS
-            tick_t = (self._tick + 1) * self._dt_ns
-            free_t = np.where(self._waiting_seq >= 0, self._busy_until, _NEVER)
-            is_action = active & (act_t <= tick_t) & (act_t <= obs_t) & (act_t <= free_t)
-            rest = active & ~is_action
+        """Handle each active env's events, one per env per pass, until it must decide. A pass reads only the
+        rows of the envs still active (under stalls most envs have decided while a few run on)."""
+        while True:
+            env = np.flatnonzero(active)
+            if not env.size:
+                return
+            obs_t = self._obs_key[env].min(axis=1) >> _SEQ_BITS
+            act_keys = self._act_key[env]
+            act_slot = act_keys.argmin(axis=1)
+            act_t = act_keys[np.arange(env.size), act_slot] >> _SEQ_BITS
+            tick_t = (self._tick[env] + 1) * self._dt_ns
+            waiting = self._waiting_seq[env]
+            free_t = np.where(waiting >= 0, self._busy_until[env], _NEVER)
+            is_action = (act_t <= tick_t) & (act_t <= obs_t) & (act_t <= free_t)
+            rest = ~is_action
             is_tick = rest & (tick_t <= obs_t) & (tick_t <= free_t)
             rest &= ~is_tick
             is_obs = rest & (obs_t <= free_t)
             is_free = rest & ~is_obs
             if is_action.any():
-                idx = np.flatnonzero(is_action)
-                self._on_actions(idx, act_slot[idx], act_t[idx])
+                self._on_actions(env[is_action], act_slot[is_action], act_t[is_action])
             if is_obs.any():
-                idx = np.flatnonzero(is_obs)
-                self._on_observations(idx, obs_t[idx], active)
+                self._on_observations(env[is_obs], obs_t[is_obs], active)
             if is_free.any():
-                idx = np.flatnonzero(is_free)
-                self._decide(idx, self._waiting_seq[idx], self._busy_until[idx], self._waiting_obs[idx],
+                idx = env[is_free]
+                self._decide(idx, waiting[is_free], self._busy_until[idx], self._waiting_obs[idx],
                              self._waiting_applied[idx], active)
             if is_tick.any():
-                self._on_ticks(np.flatnonzero(is_tick), active)
+                self._on_ticks(env[is_tick], active)
 
     def _on_actions(self, idx: np.ndarray, slot: np.ndarray, arrive_ns: np.ndarray) -> None:
         """Action messages arrive: Stepper.on_action for each env in ``idx``."""
