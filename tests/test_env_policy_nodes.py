@@ -135,7 +135,9 @@ def test_env_config_defaults_and_errors(graph: Graph) -> None:
                        ({'episodes': -1}, 'episodes'), ({'qos_reliability': 'sometimes'}, 'reliability'),
                        ({'policy_timeout_s': -1.0}, 'policy_timeout_s must be a number >= 0'),
                        ({'start_plan': 'left'}, 'start_plan must be a list of integer actions'),
-                       ({'start_plan': [0, 5]}, r'task cartpole: start_plan 5 is not an action in 0..1')]:
+                       ({'start_plan': [0, 5]}, r'task cartpole: start_plan 5 is not an action in 0..1'),
+                       ({'results_file': '/nonexistent/r.jsonl'}, r"results_file '/nonexistent/r.jsonl' cannot be "
+                                                                  r'written: No such file or directory')]:
         with pytest.raises(ConfigError, match=match):
             env_node(graph, 'cfg', **bad)
 

@@ -4,8 +4,10 @@ Publishes ``observation`` every tick, ``episode_result`` per episode and ``link_
 applies what arrives on ``action``. No episode counts before a policy is heard (``StartGate``): until the
 first action arrives the node ticks warm-up episodes (holding its initial action or running its start
 plan) that publish observations but no EpisodeResult; then it resets with ``seed`` into episode 0 of
-the count. Its episode index in messages keeps counting from the warm-up ones; EpisodeResult.seq and
-``episodes`` count only the episodes played with a policy. Ticks run on their own thread at absolute deadlines
+the count, which starts again with ``seed`` if it ends without an action applied (a policy heard once,
+too slow to act in it). ``results_file`` gets each counted result as a JSON line too (what ``calf eval
+--backend ros`` reads: no DDS discovery to miss). Its episode index in messages keeps counting from the
+warm-up ones; EpisodeResult.seq and ``episodes`` count only the episodes played with a policy. Ticks run on their own thread at absolute deadlines
 ``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
 here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
 up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
