@@ -239,16 +239,20 @@ def _each(stages: list[Any], envs: np.ndarray, pos: np.ndarray, sent: np.ndarray
     out_pos: list[int] = []
     out_sent: list[float] = []
     out_arrive: list[float] = []
-    for p, env, send_s, arrive_s in zip(pos.tolist(), envs.tolist(), sent.tolist(), arrive.tolist()):
-        stage = stages[env]
-        if isinstance(stage, SingleCopyStage):
-            arrivals = [] if (t := stage.arrival(send_s, arrive_s, size_bytes, rng)) is None else [t]
-        else:
-            arrivals = [copy.arrive_s for copy in stage.apply(Packet(send_s, arrive_s, size_bytes), rng)]
-        for t in arrivals:
-            out_pos.append(p)
-            out_sent.append(send_s)
-            out_arrive.append(t)
+    rows = zip(pos.tolist(), envs.tolist(), sent.tolist(), arrive.tolist())
+    if isinstance(stages[0], SingleCopyStage):  # one model per list: at most one copy of each message
+        for p, env, send_s, arrive_s in rows:
+            t = stages[env].arrival(send_s, arrive_s, size_bytes, rng)
+            if t is not None:
+                out_pos.append(p)
+                out_sent.append(send_s)
+                out_arrive.append(t)
+    else:
+        for p, env, send_s, arrive_s in rows:
+            for copy in stages[env].apply(Packet(send_s, arrive_s, size_bytes), rng):
+                out_pos.append(p)
+                out_sent.append(send_s)
+                out_arrive.append(copy.arrive_s)
     return np.array(out_pos, np.int64), np.array(out_sent), np.array(out_arrive)
 
 
