@@ -11,7 +11,7 @@ from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_
 from calf_agent.dist_key import KEY_ENV, KEY_FILE, create_key, parse_key, read_key_file
 from calf_agent.dist_learner import MAX_WORKERS as DEFAULT_MAX_WORKERS
 from calf_agent.dist_learner import SUMMARY
-from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
+from calf_agent.dist_sync import DEFAULT_APS_DELTA, DEFAULT_LAG_CAP, parse_sync
 from calf_agent.imitation import train_student
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
@@ -65,9 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist = parser.add_argument_group('distributed training (a learner and rollout workers over DDS)')
     dist.add_argument('--workers', type=count(1, MAX_WORKERS), metavar='N',
                       help='start a learner node and N local rollout worker processes (each runs --envs envs)')
-    dist.add_argument('--sync', default='every', metavar='every|period:K|aps:DELTA',
+    dist.add_argument('--sync', default='every', metavar='every|period:K|aps[:DELTA]',
                       help='when a worker gets new weights: after every update, every K updates, or when its policy '
-                           'has drifted more than DELTA (mean KL); default every')
+                           f'has drifted more than DELTA (mean KL; aps alone: {DEFAULT_APS_DELTA:g}); default every')
     dist.add_argument('--lag-cap', type=count(1, MAX_STEPS), default=DEFAULT_LAG_CAP,
                       help=f'a worker lagging more versions gets weights under any --sync (default {DEFAULT_LAG_CAP})')
     dist.add_argument('--learner-network', metavar='PROFILE',
