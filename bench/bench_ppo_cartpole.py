@@ -39,7 +39,8 @@ def run_calf(seed: int, budget: int, threads: int) -> Run:
     """CALF's PPO with its CartPole defaults, stopping at the solve threshold."""
     import gymnasium as gym
 
-    from calf_agent.trainer import cartpole_defaults, train
+    from calf_agent.trainer import cartpole_defaults
+    from calf_agent.training import train
 
     def make(num_envs: int) -> gym.vector.VectorEnv:
         return gym.make_vec('CartPole-v1', num_envs, vectorization_mode='sync',

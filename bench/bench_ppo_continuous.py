@@ -64,7 +64,7 @@ def run_calf(task: str, seed: int, budget: int, target: float) -> Run:
     """CALF's PPO until the windowed return reaches ``target`` or the budget is spent."""
     import gymnasium as gym
 
-    from calf_agent.trainer import train
+    from calf_agent.training import train
 
     def make(num_envs: int) -> gym.vector.VectorEnv:
         return gym.make_vec(task, num_envs, vectorization_mode='sync',

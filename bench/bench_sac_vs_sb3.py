@@ -63,7 +63,8 @@ def run_calf(task: str, seed: int, budget: int, target: float) -> Run:
     import gymnasium as gym
 
     from calf_agent.sac import SacConfig
-    from calf_agent.trainer import sac_defaults, train
+    from calf_agent.trainer import sac_defaults
+    from calf_agent.training import train
 
     def make(num_envs: int) -> gym.vector.VectorEnv:
         return gym.make_vec(task, num_envs, vectorization_mode='sync',

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from calf_agent.regimes import default_representation, vec_env_factory
-from calf_agent.trainer import cartpole_defaults, train
+from calf_agent.trainer import cartpole_defaults
+from calf_agent.training import train
 from calf_core.profiles import load_profile
 
 PROFILE = 'full_net_aware'

@@ -16,7 +16,8 @@ from calf_agent.hierarchy import EDGE_NETWORK, Hierarchy, SubPolicy, save_hierar
 from calf_agent.regimes import default_representation, regime_profile, vec_env_factory
 from calf_agent.representation import Representation
 from calf_agent.subtasks import make_subtask_env, subtasks
-from calf_agent.trainer import TrainResult, cartpole_defaults, minigrid_defaults, train
+from calf_agent.trainer import TrainResult, cartpole_defaults, minigrid_defaults
+from calf_agent.training import train
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 

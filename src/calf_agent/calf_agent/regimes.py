@@ -17,8 +17,8 @@ from calf_agent.trainer import (
     continuous_defaults,
     minigrid_defaults,
     sac_defaults,
-    train,
 )
+from calf_agent.training import train
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e

@@ -31,7 +31,7 @@ LOG_EVERY = 1_000
 
 def train_sac(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
               progress: bool = True) -> TrainResult:
-    """Train SAC on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir`` as ``trainer.train`` does."""
+    """Train SAC on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir`` as ``trainer.train_ppo`` does."""
     out_dir = Path(out_dir)
     rng = seed_everything(cfg.seed, cfg.torch_threads)
     envs = make_vec_env(cfg.num_envs)

@@ -10,8 +10,8 @@ running-normalised observations, and are clipped to the bounds as they are sent 
 With ``mask_unexecuted`` the env must report ``info['executed']`` (see ``NetworkedEnv``), and the
 policy loss of each step counts only the plan elements that ran.
 
-``TrainConfig.algo='sac'`` trains Soft Actor-Critic instead (``calf_agent.sac_training``, Box actions
-of shape ``(A,)``), on the same env contract, logs and checkpoint.
+Its config, run log and checkpoint are shared with the SAC loop (``calf_agent.sac_training``, Box actions of
+shape ``(A,)``); ``calf_agent.training.train`` runs either, by ``TrainConfig.algo``.
 """
 from __future__ import annotations
 
@@ -151,16 +151,15 @@ def sac_defaults() -> TrainConfig:
                        sac=SacConfig())
 
 
-def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
-          progress: bool = True) -> TrainResult:
-    """Train with ``cfg.algo`` (PPO, or SAC) on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``.
+def train_ppo(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
+              progress: bool = True) -> TrainResult:
+    """Train PPO on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``.
 
     Writes ``progress.csv``, TensorBoard events under ``tb/``, ``policy.safetensors`` and
     ``meta.json``. The env is seeded with ``reset(seed=cfg.seed)``.
     """
-    if cfg.algo == 'sac':
-        from calf_agent.sac_training import train_sac  # it builds on this module
-        return train_sac(cfg, make_vec_env, out_dir, progress)
+    if cfg.algo != 'ppo':
+        raise ValueError(f'train_ppo trains algo ppo, got {cfg.algo!r}: use calf_agent.training.train')
     out_dir = Path(out_dir)
     rng = seed_everything(cfg.seed, cfg.torch_threads)
     envs = make_vec_env(cfg.num_envs)

@@ -20,7 +20,8 @@ from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner, check_action_space
 from calf_agent.regimes import default_representation, train_policy
 from calf_agent.representation import HistoryWrapper, Representation
-from calf_agent.trainer import continuous_defaults, train
+from calf_agent.trainer import continuous_defaults
+from calf_agent.training import train
 from calf_core.profiles import load_profile
 
 

@@ -17,7 +17,8 @@ from calf_agent.evaluate import evaluate_sim
 from calf_agent.policy_runner import PolicyRunner, check_action_space
 from calf_agent.regimes import train_defaults, train_policy
 from calf_agent.sac import ReplayBuffer, SacActor, SacConfig, SacLearner, TwinQ
-from calf_agent.trainer import TrainConfig, sac_defaults, train
+from calf_agent.trainer import TrainConfig, sac_defaults
+from calf_agent.training import train
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 from calf_core.task_spec import spec_from_mapping

@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.policies import LstmAgent, MlpAgent
-from calf_agent.trainer import CSV_FIELDS, TrainConfig, cartpole_defaults, minigrid_defaults, train
+from calf_agent.trainer import CSV_FIELDS, TrainConfig, cartpole_defaults, minigrid_defaults
+from calf_agent.training import train
 
 SAME_STEP = {'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP}
 RANDOM_CARTPOLE_RETURN = 22.0

@@ -124,7 +124,8 @@ def test_an_interrupted_training_keeps_the_previous_progress_csv(tmp_path: Path)
     """A real PPO run on CartPole whose env raises KeyboardInterrupt after a few hundred steps."""
     import gymnasium as gym
 
-    from calf_agent.trainer import TrainConfig, train
+    from calf_agent.trainer import TrainConfig
+    from calf_agent.training import train
 
     class Interrupt(gym.Wrapper):
         steps = 0
