@@ -178,9 +178,20 @@ def write_outputs(result: dict[str, Any], out: Path, command: str, started: floa
               'versions': run_versions()}
     name = result['table']
     json_path = out / f'{name}.json'
-    json_path.write_text(json.dumps(result, indent=1))
+    json_path.write_text(json.dumps(_null_for_nan(result), indent=1, allow_nan=False))
     return [json_path, write_csv(result, out / f'{name}.csv'), write_markdown(result, out / f'{name}.md'),
             write_bar_chart(result, out / f'{name}.png')]
+
+
+def _null_for_nan(value: Any) -> Any:
+    """``value`` with every NaN (the mean of a cell whose seeds all failed) as None, so the JSON is strict."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _null_for_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_null_for_nan(v) for v in value]
+    return value
 
 
 def run_versions() -> dict[str, str]:

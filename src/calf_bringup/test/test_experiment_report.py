@@ -35,3 +35,15 @@ def test_cells_as_percentages_of_the_reference(tmp_path: Path) -> None:
     text = write_markdown(table, tmp_path / 'mine.md').read_text()
     assert 'As % of Baseline on Sim-Clean (410):' in text
     assert '| Baseline | 100 % |' in text and '| Student | 50 % |' in text
+
+
+def test_a_row_whose_seeds_all_failed_is_written_as_strict_json(tmp_path: Path) -> None:
+    from calf_bringup.experiment import write_outputs
+    from calf_bringup.experiment_report import write_results_readme
+    from calf_core.yaml_files import read_json
+    table = result([400.0], {})
+    table.update(table='table4', metric='mean_return')
+    table['cells']['Broken'] = {'Sim-Clean': {'mean': float('nan'), 'std': 0.0, 'per_seed': [], 'failed_seeds': [0]}}
+    write_outputs(table, tmp_path, 'calf experiment table4', 0.0)
+    assert read_json(tmp_path / 'table4.json', 'experiment meta')['cells']['Broken']['Sim-Clean']['mean'] is None
+    assert '| **Broken** | failed |' in write_results_readme(tmp_path).read_text()
