@@ -73,7 +73,7 @@ class Kind(IntEnum):
     BATCH = 0
     WEIGHTS = 1
     HELLO = 2
-    CONTROL = 3  # flow control, learner to worker (carried in ByteChunk's kind like the others)
+    CONTROL = 3  # flow control, learner to worker
 
 
 @dataclass
