@@ -241,8 +241,9 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
                         started += 1
             for rollout in rollouts:
                 gathered += rollout.harvest(ended=False)
-            _add_labels(labels, gathered, expert, plan_horizon, action_dim)
-            student.obs_norm.update(labels.x[:labels.size])
+            new = _add_labels(labels, gathered, expert, plan_horizon, action_dim)
+            if len(new):
+                student.obs_norm.update(new)  # each decision's features once
             loss = _fit(student, optimizer, labels, cfg, rng)
             ticks += round_ticks
             returns += round_returns
@@ -257,10 +258,10 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
 
 
 def _add_labels(labels: Labels, decisions: list[Decision], expert: Expert, plan_horizon: int,
-                action_dim: int) -> None:
-    """Label the applied elements' states with the expert, and keep the decisions."""
+                action_dim: int) -> np.ndarray:
+    """Label the applied elements' states with the expert, and keep the decisions; their features."""
     if not decisions:
-        return
+        return np.zeros((0, labels.x.shape[1]), np.float32)
     targets = expert.label(np.stack([state for d in decisions for state in d.states]))
     x = np.stack([d.features for d in decisions])
     y = np.zeros((len(decisions), plan_horizon, action_dim), np.float32)
@@ -269,6 +270,7 @@ def _add_labels(labels: Labels, decisions: list[Decision], expert: Expert, plan_
     elements = np.concatenate([d.elements for d in decisions])
     y[rows, elements], mask[rows, elements] = targets, 1.0
     labels.add(x, y, mask)
+    return x
 
 
 def _fit(student: GaussianAgent, optimizer: torch.optim.Optimizer, labels: Labels, cfg: ImitationConfig,
