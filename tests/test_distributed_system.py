@@ -101,8 +101,8 @@ def test_a_killed_worker_does_not_stop_the_learner(tmp_path):
         assert graph.wait_for_exit('worker_w1', 10) == -signal.SIGKILL
         killed_at = len(_updates(out))
         assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
-    after = _updates(out)[killed_at + 2:]  # a batch of w1 may have been on its way
-    assert after and {row['worker'] for row in after} == {'w0'}
+    after = _updates(out)[killed_at:]  # w1's batches already received may still be trained on, then only w0's
+    assert len(after) > 3 and {row['worker'] for row in after[-3:]} == {'w0'}
     assert json.loads((out / 'distributed.json').read_text())['env_steps'] >= 12_288
 
 
