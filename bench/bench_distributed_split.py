@@ -9,9 +9,9 @@ import time
 import numpy as np
 import torch
 
-from calf_agent.dist_ppo import LagConfig, update_on_batch
-from calf_agent.dist_wire import Opener, Sealer, snapshot
-from calf_agent.dist_worker import RolloutWorker
+from calf_agent.dist.ppo import LagConfig, update_on_batch
+from calf_agent.dist.wire import Opener, Sealer, snapshot
+from calf_agent.dist.worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.trainer import cartpole_defaults
 

@@ -16,10 +16,10 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from ros_helpers import PrivateNode, new_context, shut_down, spin_until
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg
-from calf_agent.dist_key import create_key, read_key_file
-from calf_agent.dist_wire import Kind, Sealer, WeightsMessage, snapshot, split
-from calf_agent.dist_worker import RolloutWorker
+from calf_agent.dist.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg
+from calf_agent.dist.key import create_key, read_key_file
+from calf_agent.dist.wire import Kind, Sealer, WeightsMessage, snapshot, split
+from calf_agent.dist.worker import RolloutWorker
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.policies import MlpAgent
 from calf_bringup.distributed import training_graph

@@ -358,7 +358,7 @@ def test_a_worker_in_one_namespace_trains_the_learner_in_the_other(hosts: Hosts,
 
     monkeypatch.setenv('XDG_RUNTIME_DIR', str(tmp_path))  # both sides write their peers profile here
 
-    from calf_agent.dist_key import create_key
+    from calf_agent.dist.key import create_key
 
     out = tmp_path / 'run'
     key = create_key(tmp_path / 'dist.key')  # the file calf train --workers would write, copied to the worker

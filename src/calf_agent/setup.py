@@ -22,8 +22,8 @@ setup(
             'policy_node = calf_agent.policy_node:main',
             'adapter_policy_node = calf_agent.adapter_policy_node:main',
             'arbiter_node = calf_agent.arbiter_node:main',
-            'learner_node = calf_agent.learner_node:main',
-            'worker_node = calf_agent.worker_node:main',
+            'learner_node = calf_agent.dist.learner_node:main',
+            'worker_node = calf_agent.dist.worker_node:main',
         ],
     },
 )

@@ -166,7 +166,7 @@ def train_ppo(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorE
     try:
         check_env(envs, cfg.num_envs)
         envs = RecordEpisodeStatistics(envs)
-        agent = _build_agent(cfg, envs)
+        agent = build_agent(cfg, envs)
         loop = _Loop(cfg, agent, envs, rng, out_dir)
         loop.run(progress)
     finally:
@@ -253,7 +253,7 @@ def check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:
                          '(e.g. gym.wrappers.FlattenObservation)')
 
 
-def _action_layout(space: gym.Space) -> tuple[int, int]:
+def action_layout(space: gym.Space) -> tuple[int, int]:
     """``(n_actions, plan_horizon)`` for Discrete(n) or MultiDiscrete([n] * H); ``(A, H)`` for a Box of
     shape ``(A,)`` or ``(H, A)``."""
     if isinstance(space, gym.spaces.Box) and space.shape and len(space.shape) <= 2:
@@ -266,11 +266,11 @@ def _action_layout(space: gym.Space) -> tuple[int, int]:
                      f'got {space}')
 
 
-def _build_agent(cfg: TrainConfig, envs: gym.vector.VectorEnv) -> Agent:
+def build_agent(cfg: TrainConfig, envs: gym.vector.VectorEnv) -> Agent:
     """The agent ``cfg`` asks for, sized to the env's spaces."""
     obs_dim = int(envs.single_observation_space.shape[0])
     space = envs.single_action_space
-    n_actions, horizon = _action_layout(space)
+    n_actions, horizon = action_layout(space)
     if isinstance(space, gym.spaces.Box):
         if cfg.agent != 'mlp':
             raise ValueError(f'continuous actions need the mlp agent, got {cfg.agent!r}')
@@ -374,7 +374,7 @@ class _Loop:
             reward = self._bootstrap(reward, term, trunc, info, state, gamma)
             self.buffer.add(obs, done, action, logprob, value, reward)
             if self.buffer.track_executed:
-                self.buffer.mark_executed(_executed(info))
+                self.buffer.mark_executed(executed_elements(info))
             obs = self._observe(raw_obs)
             done = torch.as_tensor(term | trunc, dtype=torch.float32)
             self.episodes.record(info)
@@ -468,7 +468,7 @@ class _Loop:
         }
 
 
-def _executed(info: Mapping[str, Any]) -> np.ndarray:
+def executed_elements(info: Mapping[str, Any]) -> np.ndarray:
     """``info['executed']`` per env, taken from ``final_info`` where an episode just ended."""
     executed = np.array(info['executed'])
     if '_final_info' in info:

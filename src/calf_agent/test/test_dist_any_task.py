@@ -11,12 +11,12 @@ import pytest
 import torch
 import zstandard
 
-from calf_agent.dist_delta import apply_delta, checksum, make_delta
-from calf_agent.dist_learner import OPTIMIZER, Learner, LearnerConfig
-from calf_agent.dist_policy import mean_kl
-from calf_agent.dist_sync import parse_sync
-from calf_agent.dist_wire import MAX_BYTES, Kind, Opener, Refused, Sealer, WeightsMessage, _frame, snapshot, split
-from calf_agent.dist_worker import RolloutWorker
+from calf_agent.dist.delta import apply_delta, checksum, make_delta
+from calf_agent.dist.learner import OPTIMIZER, Learner, LearnerConfig
+from calf_agent.dist.policy import mean_kl
+from calf_agent.dist.sync import parse_sync
+from calf_agent.dist.wire import MAX_BYTES, Kind, Opener, Refused, Sealer, WeightsMessage, _frame, snapshot, split
+from calf_agent.dist.worker import RolloutWorker
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent, MlpAgent
 from calf_agent.regimes import train_defaults

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from calf_agent.dist_learner import Learner, LearnerConfig
-from calf_agent.dist_sync import parse_sync
-from calf_agent.dist_wire import (
+from calf_agent.dist.learner import Learner, LearnerConfig
+from calf_agent.dist.sync import parse_sync
+from calf_agent.dist.wire import (
     BUDGET_BYTES,
     MAX_BYTES,
     MAX_PENDING,
@@ -29,7 +29,7 @@ from calf_agent.dist_wire import (
     snapshot,
     split,
 )
-from calf_agent.dist_worker import RolloutWorker
+from calf_agent.dist.worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.ppo import PPOConfig
 from calf_agent.trainer import cartpole_defaults

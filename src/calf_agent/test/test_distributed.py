@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from calf_agent.dist_learner import Learner, LearnerConfig
-from calf_agent.dist_policy import mean_kl
-from calf_agent.dist_ppo import LagConfig, update_on_batch, vtrace
-from calf_agent.dist_sync import DEFAULT_APS_DELTA, SyncPolicy, WorkerSync, parse_sync
-from calf_agent.dist_wire import (
+from calf_agent.dist.learner import Learner, LearnerConfig
+from calf_agent.dist.policy import mean_kl
+from calf_agent.dist.ppo import LagConfig, update_on_batch, vtrace
+from calf_agent.dist.sync import DEFAULT_APS_DELTA, SyncPolicy, WorkerSync, parse_sync
+from calf_agent.dist.wire import (
     Chunk,
     Hello,
     Kind,
@@ -26,7 +26,7 @@ from calf_agent.dist_wire import (
     snapshot,
     split,
 )
-from calf_agent.dist_worker import RolloutWorker
+from calf_agent.dist.worker import RolloutWorker
 from calf_agent.policies import MlpAgent
 from calf_agent.ppo import PPOConfig, compute_gae
 from calf_agent.trainer import cartpole_defaults

@@ -7,7 +7,7 @@ import pytest
 
 from calf_agent.regimes import FAST_PATH_MIN_ENVS, vec_env_factory
 from calf_agent.representation import HistoryFeatures, Representation, VectorHistoryWrapper
-from calf_agent.trainer import _executed
+from calf_agent.trainer import executed_elements
 from calf_core.profiles import Profile, load_profile, profile_from_dict
 from calf_core.vector_networked import EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
@@ -115,7 +115,7 @@ def test_plan_policies_get_executed_masks_on_the_fast_path() -> None:
     marked, finals = 0, 0
     for _ in range(80):
         *_, terminated, truncated, info = envs.step(np.zeros((8, 3), np.int64))
-        executed = _executed(info)
+        executed = executed_elements(info)
         assert executed.shape == (8, 4, 3) and executed.dtype == np.uint8
         marked += int(executed.sum())
         finals += int((terminated | truncated).sum())

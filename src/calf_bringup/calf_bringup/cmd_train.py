@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from calf_agent.checkpoint_meta import MAX_ACTION_HISTORY, MAX_FRAMES, MAX_PLAN_HORIZON
-from calf_agent.dist_key import KEY_ENV, KEY_FILE, create_key, parse_key, read_key_file
-from calf_agent.dist_learner import MAX_WORKERS as DEFAULT_MAX_WORKERS
-from calf_agent.dist_learner import SUMMARY
-from calf_agent.dist_sync import DEFAULT_APS_DELTA, DEFAULT_LAG_CAP, parse_sync
+from calf_agent.dist.key import KEY_ENV, KEY_FILE, create_key, parse_key, read_key_file
+from calf_agent.dist.learner import MAX_WORKERS as DEFAULT_MAX_WORKERS
+from calf_agent.dist.learner import SUMMARY
+from calf_agent.dist.sync import DEFAULT_APS_DELTA, DEFAULT_LAG_CAP, parse_sync
 from calf_agent.imitation import train_student
 from calf_agent.planner import train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy

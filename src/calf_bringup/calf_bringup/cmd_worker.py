@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from calf_agent.dist_key import KEY_ENV, KEY_FILE, load_key
+from calf_agent.dist.key import KEY_ENV, KEY_FILE, load_key
 from calf_bringup.cli_args import MAX_ENVS, count
 from calf_bringup.distributed import worker_graph
 from calf_bringup.runner import run_graph

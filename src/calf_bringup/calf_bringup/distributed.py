@@ -18,8 +18,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX
-from calf_agent.dist_learner import WORKER_ID
+from calf_agent.dist.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX
+from calf_agent.dist.learner import WORKER_ID
 from calf_bringup.graph import NAMESPACE, NodeSpec, discovery_env
 from calf_bringup.runner import Graph
 from calf_core.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from calf_agent.dist_key import KEY_ENV, create_key, load_key, read_key_file
+from calf_agent.dist.key import KEY_ENV, create_key, load_key, read_key_file
 from calf_bringup import cli
 from calf_bringup.distributed import (
     NET_BATCH_TOPIC,

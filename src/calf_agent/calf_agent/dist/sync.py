@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from calf_agent.dist_wire import TrajectoryBatch
+from calf_agent.dist.wire import TrajectoryBatch
 from calf_core.errors import ConfigError
 
 SYNC_KINDS = ('every', 'period', 'aps')

@@ -1,6 +1,6 @@
 """The rollout worker node: ``envs`` networked envs in virtual time, a local policy copy, batches to the learner.
 
-Thin: ``calf_agent.dist_worker.RolloutWorker`` does the work. The node runs ``env`` (its own choice:
+Thin: ``calf_agent.dist.worker.RolloutWorker`` does the work. The node runs ``env`` (its own choice:
 weights for another env are refused). Until weights arrive it says hello on ``batch_topic`` every
 ``hello_period_s``, then every ``heartbeat_s``; it collects one batch per timer tick and publishes its
 chunks (QoS ``calf_ros.qos.BATCHES``). Weights arrive on ``<weights_prefix>/<worker_id>`` (QoS ``WEIGHTS``)
@@ -21,11 +21,11 @@ from typing import Any
 
 from rclpy.node import Node
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
-from calf_agent.dist_key import KEY_ENV, load_key
-from calf_agent.dist_learner import WORKER_ID
-from calf_agent.dist_wire import Chunk
-from calf_agent.dist_worker import PAUSE_TIMEOUT_S, RolloutWorker
+from calf_agent.dist.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
+from calf_agent.dist.key import KEY_ENV, load_key
+from calf_agent.dist.learner import WORKER_ID
+from calf_agent.dist.wire import Chunk
+from calf_agent.dist.worker import PAUSE_TIMEOUT_S, RolloutWorker
 from calf_core.envs import env_spec
 from calf_core.errors import ConfigError
 from calf_msgs.msg import ByteChunk

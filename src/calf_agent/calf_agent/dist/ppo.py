@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from calf_agent.dist_policy import PpoAgent, normalised, params, score
-from calf_agent.dist_wire import TrajectoryBatch
+from calf_agent.dist.policy import PpoAgent, normalised, params, score
+from calf_agent.dist.wire import TrajectoryBatch
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent
 from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss

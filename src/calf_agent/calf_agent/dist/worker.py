@@ -27,9 +27,9 @@ from torch import Tensor
 
 from calf_agent.agents import make_agent
 from calf_agent.checkpoint_meta import agent_shapes, check_meta
-from calf_agent.dist_delta import apply_delta, checksum
-from calf_agent.dist_policy import PPO_KINDS, PpoAgent, action_shape, normalised, params, sample, score, state_size
-from calf_agent.dist_wire import (
+from calf_agent.dist.delta import apply_delta, checksum
+from calf_agent.dist.policy import PPO_KINDS, PpoAgent, action_shape, normalised, params, sample, score, state_size
+from calf_agent.dist.wire import (
     CHUNK_BYTES,
     Chunk,
     Control,
@@ -53,8 +53,8 @@ from calf_agent.ppo import RolloutBuffer
 from calf_agent.regimes import train_defaults, vec_env_factory
 from calf_agent.representation import Representation
 from calf_agent.seeding import seed_everything
-from calf_agent.trainer import _action_layout as action_layout
-from calf_agent.trainer import _executed as executed_elements
+from calf_agent.trainer import action_layout
+from calf_agent.trainer import executed_elements
 from calf_core.profiles import available_profiles, load_profile
 
 ENV_CONFIG_KEYS = frozenset({'env', 'network', 'regime', 'representation', 'plan_horizon', 'num_steps'})

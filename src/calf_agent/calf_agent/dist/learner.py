@@ -1,7 +1,7 @@
 """The central learner's core: PPO on the workers' batches, and weights sent by a sync policy.
 
 Pure (no rclpy): the learner node passes received chunks to ``receive`` and publishes what
-``step`` returns. Every frame is checked under the run's key (``dist_wire.Opener``). A worker is
+``step`` returns. Every frame is checked under the run's key (``wire.Opener``). A worker is
 admitted by its first hello, up to ``max_workers``; a later hello asks for weights only when the
 worker follows another run or none, at most once per ``hello_resend_s``. A batch is trained on only
 if its worker was admitted and it fits the run: its steps, observation width, action shape and range,
@@ -11,7 +11,7 @@ The policy is the one ``calf train`` would train on the task (``TrainConfig``: M
 single actions or plans). Each ``step`` runs one lag-corrected PPO update on the oldest waiting
 batch, then asks the sync policy which workers get the new weights: a delta of the changed tensors in
 reduced precision against the state the worker holds, or a snapshot when that state is unknown or the
-reduced policy strays from the full one by more than ``kl_bound`` on the last batch (``dist_delta``).
+reduced policy strays from the full one by more than ``kl_bound`` on the last batch (``delta``).
 At most one batch per worker waits: a newer one replaces it (``batches_superseded``, the wasted
 fraction), so that a learner slower than its workers trains on fresh data; a worker whose batch was
 superseded is told to pause while a batch of it waits (``Control``), and one more batch of it, already
@@ -43,12 +43,12 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
-from calf_agent.dist_delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS, checksum, make_delta
-from calf_agent.dist_key import KEY_BYTES
-from calf_agent.dist_policy import PpoAgent, action_shape, batch_params, mean_kl, param_size, state_size
-from calf_agent.dist_ppo import LagConfig, update_on_batch
-from calf_agent.dist_sync import SyncPolicy, WorkerSync
-from calf_agent.dist_wire import (
+from calf_agent.dist.delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS, checksum, make_delta
+from calf_agent.dist.key import KEY_BYTES
+from calf_agent.dist.policy import PpoAgent, action_shape, batch_params, mean_kl, param_size, state_size
+from calf_agent.dist.ppo import LagConfig, update_on_batch
+from calf_agent.dist.sync import SyncPolicy, WorkerSync
+from calf_agent.dist.wire import (
     CHUNK_BYTES,
     Chunk,
     Control,
@@ -65,13 +65,13 @@ from calf_agent.dist_wire import (
     snapshot,
     split,
 )
-from calf_agent.dist_worker import make_worker_envs
+from calf_agent.dist.worker import make_worker_envs
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent
 from calf_agent.seeding import seed_everything
 from calf_agent.trainer import TrainConfig, cartpole_defaults
-from calf_agent.trainer import _build_agent as build_agent
+from calf_agent.trainer import build_agent
 from calf_core import atomic, progress
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile

@@ -1,6 +1,6 @@
 """The learner node: PPO on the trajectory batches of rollout workers, weights back by a sync policy.
 
-Thin: ``calf_agent.dist_learner.Learner`` does the work. Batches and hellos arrive as
+Thin: ``calf_agent.dist.learner.Learner`` does the work. Batches and hellos arrive as
 ``calf_msgs/ByteChunk`` on ``batch_topic`` (QoS ``calf_ros.qos.BATCHES``); weights go to each worker on
 ``<weights_prefix>/<worker id>`` (QoS ``WEIGHTS``, transient local: a worker that matches late still
 gets them). Every frame is tagged under the key in ``key_file`` (or ``CALF_DIST_KEY``); the node
@@ -18,12 +18,12 @@ from typing import Any
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 
-from calf_agent.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
-from calf_agent.dist_delta import DEFAULT_PRECISION, PRECISIONS
-from calf_agent.dist_key import KEY_ENV, load_key
-from calf_agent.dist_learner import MAX_WORKERS, Learner, LearnerConfig
-from calf_agent.dist_ppo import LagConfig
-from calf_agent.dist_sync import DEFAULT_LAG_CAP, parse_sync
+from calf_agent.dist.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
+from calf_agent.dist.delta import DEFAULT_PRECISION, PRECISIONS
+from calf_agent.dist.key import KEY_ENV, load_key
+from calf_agent.dist.learner import MAX_WORKERS, Learner, LearnerConfig
+from calf_agent.dist.ppo import LagConfig
+from calf_agent.dist.sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.regimes import default_representation, train_defaults
 from calf_agent.representation import Representation
 from calf_core.errors import ConfigError

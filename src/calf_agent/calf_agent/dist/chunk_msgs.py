@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rclpy.subscription import Subscription
 
-from calf_agent.dist_wire import Chunk
+from calf_agent.dist.wire import Chunk
 from calf_msgs.msg import ByteChunk
 
 BATCH_TOPIC = '/calf/dist/batches'

@@ -2,13 +2,13 @@
 
 A frame is ``MAGIC | format u8 | kind u8 | epoch u64 | seq u64 | sender_len u16 | header_len u32 |
 payload_len u64 | sender | header | payload | tag``: the header is JSON, the payload a safetensors blob,
-the tag an HMAC-SHA256 under the shared key (``dist_key``) of everything before it. A ``Sealer``
+the tag an HMAC-SHA256 under the shared key (``key``) of everything before it. A ``Sealer``
 writes one sender's frames, numbering them ``(epoch, seq)``: the epoch is the sender's start time, the
 seq counts up. An ``Opener`` checks the tag first (constant time; nothing of an unauthenticated frame
 is parsed), then that the frame came from the sender whose chunks carried it and is newer than the
 last one it accepted from that sender (a replayed frame is refused), then decodes it, refusing
 tensors of the wrong names, shapes or types. A weights frame's payload (a snapshot or a delta,
-``dist_delta``) is zstd-compressed and never expands past ``max_bytes``; a control frame tells a
+``delta``) is zstd-compressed and never expands past ``max_bytes``; a control frame tells a
 worker to pause or go on (flow control). ``split`` cuts a frame into chunks of at most
 ``chunk_bytes``; ``Reassembler`` joins them within a byte budget across all senders and refuses (one
 log line, one counter per reason) chunks that are malformed, over budget or would exceed
@@ -32,7 +32,7 @@ import zstandard
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from calf_agent.dist_delta import checksum
+from calf_agent.dist.delta import checksum
 from calf_core.errors import MessageError
 
 MAGIC = b'CALF'
@@ -83,7 +83,7 @@ class TrajectoryBatch:
     ``obs`` are raw features; ``dones[t]`` flags ``obs[t]`` as the first of an episode (CleanRL's
     convention). ``actions`` are indices (int64, ``[T, N]`` or ``[T, N, H]``) or values (float32,
     ``[T, N, A]`` or ``[T, N, H, A]``); ``behaviour`` ``[T, N, P]`` holds the behaviour distribution's
-    parameters (``dist_policy``) and ``logprobs`` its log-probabilities of the actions, over the plan
+    parameters (``policy``) and ``logprobs`` its log-probabilities of the actions, over the plan
     elements ``masks`` ``[T, N, H]`` marks as executed. ``rewards`` are as the learner trains on them:
     scaled where the task normalises rewards, with ``γ V(final obs)`` added where an episode was
     truncated. ``state_h``/``state_c`` ``[N, S]`` are an LSTM's state before the first step (S = 0
@@ -125,7 +125,7 @@ class WeightsMessage:
 
     With ``base_version`` -1 ``state`` is a snapshot (every tensor, full precision); otherwise a delta:
     the tensors that changed since ``base_version``, in reduced precision, which the worker applies
-    only onto exactly that version. ``checksum`` (``dist_delta.checksum``) is of the state that results.
+    only onto exactly that version. ``checksum`` (``delta.checksum``) is of the state that results.
     """
 
     version: int
