@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
+from calf_agent.bpql_training import train_bpql
 from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
 from calf_agent.task_training import for_task
 from calf_agent.trainer import (
@@ -22,7 +23,7 @@ from calf_agent.training import train
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import Profile, load_profile, sample_e2e
-from calf_core.task_spec import ALGOS, HoldMode, SuccessRule, TaskSpec
+from calf_core.task_spec import ALGOS, SAC_ALGOS, HoldMode, SuccessRule, TaskSpec
 from calf_core.vector_networked import CartPoleBatch, EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
 REGIMES: dict[str, str] = {'baseline': 'sim_clean', 'delay_only': 'delay_only', 'full': 'full_net_aware'}
@@ -54,14 +55,14 @@ def is_continuous(env: str) -> bool:
 
 
 def train_algo(env: str, algo: str | None = None) -> str:
-    """The algorithm ``env`` trains with: ``algo``, else its spec's ``algo``, else ppo. SAC needs single Box
-    actions: anything else is a one-line ConfigError."""
+    """The algorithm ``env`` trains with: ``algo``, else its spec's ``algo``, else ppo. SAC and BPQL need single
+    Box actions: anything else is a one-line ConfigError."""
     chosen = algo or env_spec(env).algo or 'ppo'
     if chosen not in ALGOS:
         raise ConfigError(f'unknown algo {chosen!r}: choose one of {", ".join(ALGOS)}')
-    space = make_env(env).action_space if chosen == 'sac' else None
+    space = make_env(env).action_space if chosen in SAC_ALGOS else None
     if space is not None and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
-        raise ConfigError(f'SAC trains continuous actions (a Box of shape (A,)), and {env}\'s actions are {space}: '
+        raise ConfigError(f'{chosen.upper()} trains continuous actions (a Box of shape (A,)), and {env}\'s actions are {space}: '
                           f'train it with --algo ppo')
     return chosen
 
@@ -69,8 +70,9 @@ def train_algo(env: str, algo: str | None = None) -> str:
 def train_defaults(env: str, algo: str | None = None) -> TrainConfig:
     """The settings ``env`` trains with by default under ``algo`` (see ``train_algo``): SAC's, or PPO's for
     continuous actions, CartPole or MiniGrid, with the task spec's ``agent`` and ``ppo`` settings over them."""
-    if train_algo(env, algo) == 'sac':
-        base = sac_defaults()
+    chosen = train_algo(env, algo)
+    if chosen in SAC_ALGOS:
+        base = replace(sac_defaults(), algo=chosen)
     elif is_continuous(env):
         base = continuous_defaults()
     else:
@@ -153,7 +155,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     """Train ``env`` behind ``network`` with ``algo`` (default: the spec's, else PPO) into ``out_dir``.
 
     Continuous-action envs train a Gaussian policy with ``continuous_defaults()`` under PPO, a SAC actor with
-    ``sac_defaults()`` under SAC; either way with the representation ``rep`` (default: the regime's).
+    ``sac_defaults()`` under SAC or BPQL (on ``NetworkedEnv``s, its critic on their true states); either way with the representation ``rep`` (default: the regime's).
     ``num_envs`` (default: the env's PPO default, 8 for CartPole) envs collect each rollout; from
     ``FAST_PATH_MIN_ENVS`` on, in one vector env.
 
@@ -167,8 +169,9 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
         raise ConfigError(f'--envs must be >= 1, got {num_envs}')
     profile = load_profile(network)
     base = train_defaults(env, algo)
-    if base.algo == 'sac' and plan_horizon > 1:
-        raise ConfigError('SAC trains single actions: drop --plan-horizon, or train plans with --algo ppo')
+    if base.algo in SAC_ALGOS and plan_horizon > 1:
+        raise ConfigError(f'{base.algo.upper()} trains single actions: drop --plan-horizon, or train plans with '
+                          '--algo ppo')
     rep = rep or default_representation(env, profile)
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name,
             'representation': rep.as_dict(), 'plan_horizon': plan_horizon}
@@ -179,4 +182,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
                       plan_head=plan_head if plan_horizon > 1 and base.agent == 'mlp' else 'independent')
     except ValueError as err:
         raise ConfigError(f'bad training settings: {err}') from None
+    if cfg.algo == 'bpql':
+        return train_bpql(cfg, lambda i: make_networked_env(env, profile, seed=seed * 1000 + i), rep, out_dir,
+                          progress=progress)
     return train(cfg, vec_env_factory(env, profile, rep, seed, plan_horizon), out_dir, progress=progress)

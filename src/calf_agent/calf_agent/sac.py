@@ -177,11 +177,14 @@ class ReplayBuffer:
 
 
 class SacLearner:
-    """The critics, their targets, the entropy coefficient and the three optimisers around one actor."""
+    """The critics, their targets, the entropy coefficient and the three optimisers around one actor.
 
-    def __init__(self, actor: SacActor, cfg: SacConfig) -> None:
+    The critics see the actor's observations, or with ``critic_obs_dim`` other inputs of that size (BPQL's
+    true states, ``calf_agent.bpql``)."""
+
+    def __init__(self, actor: SacActor, cfg: SacConfig, critic_obs_dim: int | None = None) -> None:
         self.actor, self.cfg = actor, cfg
-        self.critic = TwinQ(actor.obs_dim + actor.action_dim, actor.hidden)
+        self.critic = TwinQ((critic_obs_dim or actor.obs_dim) + actor.action_dim, actor.hidden)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=cfg.autotune)
         self.target_entropy = -float(actor.action_dim) if cfg.target_entropy is None else cfg.target_entropy
@@ -192,11 +195,18 @@ class SacLearner:
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target.parameters())
 
-    def update(self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor
+    def update(self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor,
+               states: Tensor | None = None, next_states: Tensor | None = None, discounts: Tensor | None = None
                ) -> dict[str, Tensor]:
         """One gradient step of alpha, the critics and the actor on a batch (normalised observations, actions in
-        ``[-1, 1]``), then the polyak step; returns the losses and values as 0-d tensors."""
+        ``[-1, 1]``), then the polyak step; returns the losses and values as 0-d tensors.
+
+        The critics see ``states``/``next_states`` if given (else the observations), and bootstrap with the
+        per-row ``discounts`` if given (else gamma)."""
         cfg = self.cfg
+        states = obs if states is None else states
+        next_states = next_obs if next_states is None else next_states
+        discount = cfg.gamma if discounts is None else discounts
         pi, logp_pi = self.actor.sample(obs)
         alpha = self.log_alpha.detach().exp()
         stats = {'alpha': alpha, 'entropy': -logp_pi.detach().mean()}
@@ -207,16 +217,16 @@ class SacLearner:
             self.alpha_opt.step()
         with torch.no_grad():
             next_pi, next_logp = self.actor.sample(next_obs)
-            next_q = self.target(next_obs, next_pi).min(0).values - alpha * next_logp
-            target_q = rewards + cfg.gamma * (1.0 - terminated) * next_q
-        q = self.critic(obs, actions)
+            next_q = self.target(next_states, next_pi).min(0).values - alpha * next_logp
+            target_q = rewards + discount * (1.0 - terminated) * next_q
+        q = self.critic(states, actions)
         critic_loss = 0.5 * (q - target_q).square().mean(1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
         for param in self._critic_params:  # the actor's loss moves the actor only
             param.requires_grad_(False)
-        actor_loss = (alpha * logp_pi - self.critic(obs, pi).min(0).values).mean()
+        actor_loss = (alpha * logp_pi - self.critic(states, pi).min(0).values).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

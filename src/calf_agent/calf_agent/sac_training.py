@@ -120,14 +120,19 @@ class _Loop:
         return self.learner.update(obs, actions, rewards, next_obs, terminated)
 
     def _row(self, stats: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One progress.csv row (the losses of the last update; nan before the first)."""
-        return {
-            'global_step': self.global_step,
-            'episodes': len(self.episodes.returns),
-            'episodic_return': self.episodes.mean_return(self.cfg.return_window),
-            'episodic_length': self.episodes.mean_length(),
-            **{key: float(stats[key]) if key in stats else float('nan')
-               for key in ('critic_loss', 'actor_loss', 'alpha', 'entropy', 'q_value')},
-            'sps': self.global_step / max(self.elapsed, 1e-9),
-            'time_s': self.elapsed,
-        }
+        return progress_row(self.global_step, self.episodes, self.cfg.return_window, stats, self.elapsed)
+
+
+def progress_row(global_step: int, episodes: Episodes, window: int, stats: dict[str, torch.Tensor],
+                 elapsed: float) -> dict[str, float]:
+    """One progress.csv row (the losses of the last update; nan before the first)."""
+    return {
+        'global_step': global_step,
+        'episodes': len(episodes.returns),
+        'episodic_return': episodes.mean_return(window),
+        'episodic_length': episodes.mean_length(),
+        **{key: float(stats[key]) if key in stats else float('nan')
+           for key in ('critic_loss', 'actor_loss', 'alpha', 'entropy', 'q_value')},
+        'sps': global_step / max(elapsed, 1e-9),
+        'time_s': elapsed,
+    }

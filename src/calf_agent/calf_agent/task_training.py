@@ -6,7 +6,7 @@ from dataclasses import fields, replace
 from calf_agent.ppo import PPOConfig
 from calf_agent.trainer import TrainConfig
 from calf_core.errors import ConfigError
-from calf_core.task_spec import TaskSpec
+from calf_core.task_spec import SAC_ALGOS, TaskSpec
 
 PPO_SETTINGS = tuple(f.name for f in fields(PPOConfig))
 
@@ -17,9 +17,9 @@ def for_task(spec: TaskSpec, base: TrainConfig) -> TrainConfig:
     unknown = [name for name, _ in spec.ppo if name not in PPO_SETTINGS]
     if unknown:
         raise ConfigError(f'task {spec.name}: unknown ppo setting {unknown[0]!r}: use {", ".join(PPO_SETTINGS)}')
-    if base.algo == 'sac':
+    if base.algo in SAC_ALGOS:
         if spec.agent not in (None, 'mlp'):
-            raise ConfigError(f'task {spec.name}: SAC trains an mlp policy, and the spec asks for agent '
+            raise ConfigError(f'task {spec.name}: {base.algo.upper()} trains an mlp policy, and the spec asks for agent '
                               f'{spec.agent}: train it with --algo ppo')
         return base
     try:

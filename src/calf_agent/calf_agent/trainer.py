@@ -44,7 +44,7 @@ from calf_agent.sac import SacConfig
 from calf_agent.seeding import seed_everything
 from calf_core import atomic
 from calf_core import progress as progress_bars
-from calf_core.task_spec import ALGOS
+from calf_core.task_spec import ALGOS, SAC_ALGOS
 
 CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'policy_loss',
               'value_loss', 'entropy', 'approx_kl', 'clipfrac', 'explained_variance',
@@ -55,7 +55,7 @@ CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', '
 class TrainConfig:
     """One training run. ``meta`` is copied into the checkpoint's meta.json."""
 
-    algo: Literal['ppo', 'sac'] = 'ppo'
+    algo: Literal['ppo', 'sac', 'bpql'] = 'ppo'
     total_steps: int = 100_000
     num_envs: int = 8
     num_steps: int = 128
@@ -64,7 +64,7 @@ class TrainConfig:
     hidden: tuple[int, ...] = (64, 64)
     lstm_size: int = 128
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    sac: SacConfig = field(default_factory=SacConfig)  # with algo='sac'
+    sac: SacConfig = field(default_factory=SacConfig)  # with algo sac or bpql
     stop_return: float | None = None  # stop once the windowed mean return reaches this
     return_window: int = 20  # episodes in the reported mean return
     torch_threads: int = 1
@@ -77,8 +77,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
             raise ValueError(f'unknown algo {self.algo!r}: choose one of {", ".join(ALGOS)}')
-        if self.algo == 'sac' and self.agent != 'mlp':
-            raise ValueError(f'sac trains an mlp policy, got agent {self.agent!r}')
+        if self.algo in SAC_ALGOS and self.agent != 'mlp':
+            raise ValueError(f'{self.algo} trains an mlp policy, got agent {self.agent!r}')
         if self.agent not in AGENT_KINDS:
             raise ValueError(f'unknown agent {self.agent!r}: choose one of {", ".join(AGENT_KINDS)}')
         if min(self.num_envs, self.num_steps, self.return_window, self.torch_threads) < 1:

@@ -1,5 +1,6 @@
-"""One entry point for training a policy: PPO (``calf_agent.trainer``) or SAC (``calf_agent.sac_training``),
-chosen by ``TrainConfig.algo``."""
+"""One entry point for training a policy on a vector env: PPO (``calf_agent.trainer``) or SAC
+(``calf_agent.sac_training``), chosen by ``TrainConfig.algo``. BPQL needs the networked envs themselves (their
+true states): ``calf_agent.bpql_training.train_bpql``, which ``calf_agent.regimes.train_policy`` chooses."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,5 +16,7 @@ def train(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv],
           progress: bool = True) -> TrainResult:
     """Train with ``cfg.algo`` on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir``
     (``progress.csv``, TensorBoard events under ``tb/``, ``policy.safetensors`` and ``meta.json``)."""
+    if cfg.algo == 'bpql':
+        raise ValueError('bpql trains on networked envs and their true states: use calf_agent.bpql_training.train_bpql')
     run = train_sac if cfg.algo == 'sac' else train_ppo
     return run(cfg, make_vec_env, out_dir, progress)

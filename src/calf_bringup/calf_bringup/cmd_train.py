@@ -23,13 +23,13 @@ from calf_core.atomic import check_out_parent
 from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
-from calf_core.task_spec import ALGOS
+from calf_core.task_spec import ALGOS, SAC_ALGOS
 
 MAX_WORKERS = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser('train', help='train a policy with PPO or SAC under a network regime')
+    parser = sub.add_parser('train', help='train a policy with PPO, SAC or BPQL under a network regime')
     add_env_arguments(parser)
     parser.add_argument('--regime', choices=sorted(REGIMES), default='full',
                         help='baseline (sim_clean), delay_only, or full (full_net_aware)')
@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--algo', choices=ALGOS,
                         help='ppo, or sac for continuous (Box) actions: off-policy, a replay buffer, one env by '
-                             'default (default: the env spec\'s algo, else ppo)')
+                             'default; or bpql: sac whose critic learns on the true, undelayed state while the '
+                             'actor acts on what the network delivers (default: the env spec\'s algo, else ppo)')
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')
     parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole; SAC: 1, one update per env step); CartPole uses the '
                                                  'numpy fast path from 32 when the network allows it')
@@ -92,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
     check_out_parent(args.out, 'checkpoint directory')  # before any work: trainings create it
-    if args.algo == 'sac' and (args.workers is not None or args.planner == 'model'):
-        raise ConfigError('--algo sac trains in one process: drop --workers and --planner model, or use --algo ppo')
+    if args.algo in SAC_ALGOS and (args.workers is not None or args.planner == 'model'):
+        raise ConfigError(f'--algo {args.algo} trains in one process: drop --workers and --planner model, or use '
+                          '--algo ppo')
     if args.workers is not None:
         return _train_distributed(args, network)
     if args.learner_network or args.resume or args.sync != 'every' or args.key:

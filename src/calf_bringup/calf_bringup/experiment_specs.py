@@ -149,6 +149,7 @@ def robots_table(name: str, env: str, dt_ms: int, steps: int, extra_rows: tuple[
     """A robots table for ``env`` (ticks of ``dt_ms``) with ``steps`` env steps per training run."""
     constant = tuple(Column(f'{k} ticks', f'results/profiles/constant_{k}_ticks_{dt_ms}ms.yaml') for k in (2, 5, 10))
     rows = (Row('Baseline (SAC)', 'sim_clean', algo='sac'), Row('Augmented SAC', 'full_net_aware', algo='sac'),
+            Row('BPQL (SAC)', 'full_net_aware', algo='bpql'),
             Row('Imitation (DAgger)', 'full_net_aware', planner='imitation', algo='sac'),
             Row('Full + plans', 'full_net_aware', 10, 'model'), *extra_rows)
     return TableSpec(name, f'{env}: mean episode return (± std across seeds)', env, 'mean_return', 1.0, steps,

@@ -15,7 +15,7 @@ A spec is read from YAML (the built-in tasks are ``calf_core/tasks/*.yaml``; a u
     imports: [minigrid]       # modules imported first, to register the env's id
     agent: lstm               # the policy it trains by default: lstm (one frame, memory) | mlp (frame stack)
     ppo: {ent_coef: 0.1}      # PPO settings that differ from the defaults for its action space
-    algo: sac                 # the algorithm it trains with by default: ppo | sac (Box actions)
+    algo: sac                 # the algorithm it trains with by default: ppo | sac | bpql (sac, bpql: Box actions)
 
 Bounds, closed on both sides: dt in [MIN_DT_S, MAX_DT_S]; a plan (start_plan, safe_start) of at most
 MAX_PLAN_HORIZON actions; a continuous action of at most MAX_ACTIONS finite values; at most
@@ -62,8 +62,11 @@ class SuccessRule(enum.Enum):
 
 AGENTS = ('mlp', 'lstm')
 """The policies a spec's ``agent`` may name (``calf_agent.policies``: MlpAgent, LstmAgent)."""
-ALGOS = ('ppo', 'sac')
-"""The training algorithms (``calf train --algo``, a spec's ``algo``): PPO, or SAC for Box actions."""
+ALGOS = ('ppo', 'sac', 'bpql')
+"""The training algorithms (``calf train --algo``, a spec's ``algo``): PPO, or for Box actions SAC or BPQL (SAC
+whose critic learns on the true, undelayed state: ``calf_agent.bpql``)."""
+SAC_ALGOS = ('sac', 'bpql')
+"""The algorithms that train a SAC actor (an mlp policy of single Box actions)."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ class TaskSpec:
             raise ConfigError(f'task {self.name}: agent must be one of {", ".join(AGENTS)}, got {self.agent!r}')
         if self.algo is not None and self.algo not in ALGOS:
             raise ConfigError(f'task {self.name}: algo must be one of {", ".join(ALGOS)}, got {self.algo!r}')
-        if self.algo == 'sac' and self.agent == 'lstm':
-            raise ConfigError(f'task {self.name}: algo sac trains an mlp policy: drop agent: lstm, or use algo: ppo')
+        if self.algo in SAC_ALGOS and self.agent == 'lstm':
+            raise ConfigError(f'task {self.name}: algo {self.algo} trains an mlp policy: drop agent: lstm, or use '
+                              'algo: ppo')
 
 
 _KEYS = {f.name for f in fields(TaskSpec)}
