@@ -10,6 +10,13 @@ that the first rounds visit the states the expert keeps the robot in), keeps the
 and refits the student's actor to them by regression. This is delayed RL by imitation (DIDA's idea),
 with CALF's links, plans and hold rule in the loop.
 
+A plan is labelled as a whole where the simulator can restore a state (a gymnasium ``MujocoEnv``, the
+user's own MuJoCo robots included): from the state where its first element ran, the plan is rolled
+forward in a private copy of the env, and each later element gets the expert's action in the state it
+would run in. An element only runs if every element before it in the same plan ran, so these are the
+states it meets, and the link need not lose a message for the student to learn its later elements.
+Other envs label the elements the env applied only.
+
 The student is an ordinary Gaussian policy checkpoint: ``calf eval``, the policy node and the
 adapter policy node run it as they run a PPO policy.
 """
@@ -37,7 +44,7 @@ from calf_agent.representation import (
 )
 from calf_agent.seeding import seed_everything
 from calf_agent.trainer import TrainResult, run_log
-from calf_core.envs import env_spec, make_networked_env
+from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import Profile, load_profile
@@ -114,35 +121,85 @@ class Labels:
         self.size = min(self.size + len(x), len(self.x))
 
 
+SimState = tuple[np.ndarray, np.ndarray]
+"""A MuJoCo env's ``(qpos, qvel)``."""
+
+
+def sim_state(env: gym.Env) -> SimState | None:
+    """``env``'s simulator state if it can be restored (a gymnasium ``MujocoEnv``), else None."""
+    inner = env.unwrapped
+    data = getattr(inner, 'data', None)
+    if data is None or not callable(getattr(inner, 'set_state', None)):
+        return None
+    return data.qpos.copy(), data.qvel.copy()
+
+
+class PlanRoller:
+    """A private copy of the env that rolls a plan forward from a restored state."""
+
+    def __init__(self, env: str) -> None:
+        self.env = make_env(env)
+        self.env.reset(seed=0)
+
+    def states(self, start: SimState, state: np.ndarray, plan: np.ndarray, first: int) -> list[np.ndarray]:
+        """The states in which elements ``first``, ``first + 1``, ... of ``plan`` run, from ``start`` (whose
+        observation is ``state``), up to the plan's end or the end of the episode."""
+        inner = self.env.unwrapped
+        inner.set_state(*start)
+        states = [state]
+        for action in plan[first:-1]:
+            obs, _, terminated, _, _ = inner.step(action)
+            if terminated:
+                break
+            states.append(np.asarray(obs, np.float32))
+        return states
+
+
 @dataclass
 class Decision:
-    """One decision (answering observation ``seq``): its features, and the plan elements the env applied with
-    the states they were applied in."""
+    """One decision (answering observation ``seq``): its features and plan, the plan elements the env applied
+    with the states they were applied in, and the simulator state before its first applied element (None
+    where the env cannot restore one)."""
 
     seq: int
     features: np.ndarray
+    plan: np.ndarray
     elements: list[int]
     states: list[np.ndarray]
+    start: SimState | None = None
 
-    def add(self, element: int, state: np.ndarray) -> None:
+    def add(self, element: int, state: np.ndarray, start: SimState | None) -> None:
+        if not self.elements:
+            self.start = start
         self.elements.append(element)
         self.states.append(state)
+
+    def whole_plan(self, roller: PlanRoller) -> None:
+        """Label every element from the first applied one on, with the states ``roller`` finds them in."""
+        if self.start is None or not self.elements:
+            return
+        first = self.elements[0]
+        self.states = roller.states(self.start, self.states[0], self.plan, first)
+        self.elements = list(range(first, first + len(self.states)))
 
 
 class StudentRollout:
     """One NetworkedEnv that the student drives, and the labels its ticks give.
 
     The env reports every tick (``NetworkedEnv.tick_listener``): which plan element it applied, and the
-    state it applied it in (the previous tick's observation). A decision is labelled once no later
-    element of its plan can run: a newer plan was applied, or the episode ended.
+    state it applied it in (the previous tick's observation, and the simulator's state then where it can
+    be restored). A decision is labelled once no later element of its plan can run: a newer plan was
+    applied, or the episode ended.
     """
 
     def __init__(self, env: NetworkedEnv, history: HistoryFeatures) -> None:
         self.env, self.history = env, history
         env.tick_listener = self._on_tick
         self._state: np.ndarray | None = None
-        self._applied: list[tuple[int, int, np.ndarray]] = []  # (plan_seq, element, state it was applied in)
-        self._decisions: dict[int, np.ndarray] = {}  # obs_seq -> the features the decision was made on
+        self._sim: SimState | None = None
+        # (plan_seq, element, state it was applied in, the simulator's state then)
+        self._applied: list[tuple[int, int, np.ndarray, SimState | None]] = []
+        self._decisions: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # obs_seq -> (features, plan)
         self.features = np.zeros(0, np.float32)
         self.state = np.zeros(0, np.float32)
         self.seq = self.ticks = 0
@@ -151,11 +208,12 @@ class StudentRollout:
     def _on_tick(self, record: ObsRecord) -> None:
         applied = record.applied
         if applied is not None and applied.index >= 0 and self._state is not None:
-            self._applied.append((applied.plan_seq, applied.index, self._state))
+            self._applied.append((applied.plan_seq, applied.index, self._state, self._sim))
         self._state = self.state = record.obs
+        self._sim = sim_state(self.env.stepper.env)
 
     def start(self, seed: int) -> None:
-        self._state = None
+        self._state = self._sim = None
         self._applied.clear()
         self._decisions.clear()
         obs, info = self.env.reset(seed=seed)
@@ -165,7 +223,7 @@ class StudentRollout:
 
     def act(self, plan: np.ndarray) -> bool:
         """Send ``plan`` for the current decision; True when the episode ended. ``ticks``: the ticks it took."""
-        self._decisions[self.seq] = self.features.copy()
+        self._decisions[self.seq] = self.features.copy(), np.asarray(plan, np.float32).reshape(-1, self.history.n_actions)
         obs, reward, terminated, truncated, info = self.env.step(plan)
         self.episode_return += float(reward)
         self.ticks = int(info['ticks'])
@@ -179,14 +237,14 @@ class StudentRollout:
 
     def harvest(self, ended: bool) -> list[Decision]:
         """Every complete decision that had an element applied, with its elements and their states."""
-        newest = max((seq for seq, _, _ in self._applied), default=-1)
+        newest = max((seq for seq, *_ in self._applied), default=-1)
         done: dict[int, Decision] = {}
-        kept: list[tuple[int, int, np.ndarray]] = []
-        for seq, index, state in self._applied:
+        kept = []
+        for seq, index, state, sim in self._applied:
             if not (ended or seq < newest):
-                kept.append((seq, index, state))
+                kept.append((seq, index, state, sim))
             elif seq in self._decisions:
-                done.setdefault(seq, Decision(seq, self._decisions[seq], [], [])).add(index, state)
+                done.setdefault(seq, Decision(seq, *self._decisions[seq], [], [])).add(index, state, sim)
         self._applied = kept
         for seq in [s for s in self._decisions if ended or s < newest]:
             del self._decisions[seq]
@@ -210,6 +268,7 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
                             cfg.hidden, plan_horizon, log_std_init=-1.0)
     optimizer = torch.optim.Adam(student.actor_mean.parameters(), lr=cfg.learning_rate)
     labels = Labels(cfg.max_labels, student.obs_dim, plan_horizon, action_dim)
+    roller = PlanRoller(env) if plan_horizon > 1 and sim_state(envs[0].stepper.env) is not None else None
     per_round = math.ceil(cfg.total_steps / cfg.rounds)
     half_range = (space.high - space.low).astype(np.float32) / 2
     returns: list[float] = []
@@ -241,6 +300,9 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
                         started += 1
             for rollout in rollouts:
                 gathered += rollout.harvest(ended=False)
+            if roller is not None:
+                for decision in gathered:
+                    decision.whole_plan(roller)
             new = _add_labels(labels, gathered, expert, plan_horizon, action_dim)
             if len(new):
                 student.obs_norm.update(new)  # each decision's features once
@@ -251,7 +313,8 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
                        else math.nan, 'episodes': len(round_returns), 'labels': labels.size, 'loss': loss,
                        'round': round_index}, round_ticks)
     save_checkpoint(out_dir, student, {**meta, 'plan_horizon': plan_horizon, 'representation': rep.as_dict(),
-                                       'expert': str(expert_dir), 'dagger_rounds': cfg.rounds})
+                                       'expert': str(expert_dir), 'dagger_rounds': cfg.rounds,
+                                       'labels': 'whole plans' if roller is not None else 'applied elements'})
     window = returns[-max(1, len(returns) // cfg.rounds):]
     return TrainResult(out_dir, ticks, cfg.rounds, time.perf_counter() - begin, tuple(returns),
                        float(np.mean(window)) if window else math.nan, False)

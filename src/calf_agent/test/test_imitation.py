@@ -12,7 +12,7 @@ import pytest
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.imitation import Expert, StudentRollout, train_student
+from calf_agent.imitation import Expert, PlanRoller, StudentRollout, sim_state, train_student
 from calf_agent.regimes import train_policy
 from calf_agent.representation import HistoryFeatures, Representation
 from calf_core.envs import make_env, make_networked_env
@@ -60,6 +60,46 @@ def test_each_applied_element_is_labelled_with_the_state_it_was_applied_in(netwo
     assert len({seq for seq, _, _ in labelled}) == len(decisions)  # one Decision per answered observation
     if network == 'delay_only':  # 51 ms on a 50 ms tick: a plan's first element arrives too late to run
         assert {element for _, element, _ in labelled} == {1}
+
+
+def test_a_rolled_plan_meets_the_states_the_env_meets() -> None:
+    env = make_env('InvertedDoublePendulum-v5')
+    env.reset(seed=4)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        obs, *_ = env.step(rng.uniform(-0.3, 0.3, 1).astype(np.float32))
+    start, plan = sim_state(env), rng.uniform(-0.3, 0.3, (5, 1)).astype(np.float32)
+    met = [np.asarray(obs, np.float32)]
+    for action in plan[1:-1]:
+        met.append(np.asarray(env.step(action)[0], np.float32))
+    rolled = PlanRoller('InvertedDoublePendulum-v5').states(start, met[0], plan, first=1)
+    assert len(rolled) == 4  # elements 1, 2, 3, 4
+    np.testing.assert_allclose(np.stack(rolled), np.stack(met), atol=1e-5)
+    assert sim_state(make_env('Pendulum-v1')) is None  # not a MujocoEnv: applied elements only
+
+
+def test_whole_plans_are_labelled_from_their_first_applied_element_on() -> None:
+    env = make_networked_env('InvertedPendulum-v5', load_profile('wifi_normal'), seed=2, plan_horizon=4)
+    rollout = StudentRollout(env, HistoryFeatures(Representation(frames=2, actions=2), 4, 1, continuous=True))
+    roller = PlanRoller('InvertedPendulum-v5')
+    rollout.start(seed=5)
+    rng, decisions = np.random.default_rng(0), []
+    for _ in range(150):
+        ended = rollout.act(rng.uniform(-0.2, 0.2, (4, 1)).astype(np.float32))
+        decisions += rollout.harvest(ended)
+        if ended:
+            rollout.start(seed=int(rng.integers(1000)))
+    applied = [dict(zip(d.elements, d.states)) for d in decisions]
+    for decision in decisions:
+        decision.whole_plan(roller)
+    firsts = {d.elements[0] for d in decisions}
+    assert 0 in firsts and len(firsts) > 1  # late plans start further in
+    whole = [d for d in decisions if len(d.elements) == 4 - d.elements[0]]
+    assert len(whole) > 0.8 * len(decisions)  # the rest ended the episode on the way
+    for decision, ran in zip(decisions, applied):  # the elements that ran meet the states the roller finds
+        rolled = dict(zip(decision.elements, decision.states))
+        for element, state in ran.items():
+            np.testing.assert_allclose(rolled[element], state, atol=1e-4)
 
 
 def save_policy(out: Path, env: str, rep: Representation) -> Path:
