@@ -38,7 +38,8 @@ from calf_core.errors import ConfigError
 from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
 __all__ = ['AppliedAction', 'BoxBounds', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate',
-           'PlanExecutor', 'Stepper', 'TaskActions', 'Verdict', 'keep_newest', 'task_actions']
+           'PlanExecutor', 'Stepper', 'TaskActions', 'Verdict', 'element_for_tick', 'held_noop', 'keep_newest',
+           'task_actions']
 
 
 class Verdict(enum.Enum):
@@ -141,19 +142,44 @@ class BoxBounds:
         return not self._unbounded or all(map(math.isfinite, value.ravel().tolist()))
 
 
+def element_for_tick(tick: Any, plan_seq: Any, plan_len: int, first_use: Any, start_len: int) -> Any:
+    """The hold rule: the plan element that runs at ``tick`` (>= 1), or -1 for a held tick.
+
+    With a plan (``plan_seq`` >= 0: the observation it answers; ``first_use``: it has not run yet) the element is
+    that plan's ``tick - plan_seq - 1`` while the plan lasts, and its last one on a first use after all its ticks
+    have passed. Without one (``plan_seq`` -1) it is the start plan's ``(tick - 1) % start_len``, if there is a
+    start plan. A held tick applies the no-op (:func:`held_noop`) or else the last action applied.
+    Elementwise on ints and bools or on numpy integer and bool arrays alike: :class:`PlanExecutor` and the vector
+    env (:mod:`calf_core.vector_networked`) both call it.
+    """
+    k = tick - plan_seq  # the plan's element k - 1 is due
+    k = k - (first_use & (k > plan_len)) * (k - plan_len)  # a late plan: its last element
+    element = k * ((plan_seq >= 0) & (k <= plan_len)) - 1
+    if start_len:
+        element = element + (plan_seq < 0) * ((tick - 1) % start_len + 1)
+    return element
+
+
+def held_noop(spec: TaskSpec, actions: TaskActions) -> Any:
+    """The action a held tick applies (hold zero or noop), or None: it applies the last action again."""
+    return None if spec.hold is HoldMode.LAST else actions.noop
+
+
 class PlanExecutor:
-    """Env-side choice of the action for each tick from the plans that have arrived."""
+    """Env-side choice of the action for each tick from the plans that have arrived (:func:`element_for_tick`)."""
 
     def __init__(self, spec: TaskSpec, action_space: gym.Space) -> None:
         self.spec = spec
         self.hold = spec.hold
-        self.initial_action, self.noop_action, self.start_plan = task_actions(spec, action_space)
+        actions = task_actions(spec, action_space)
+        self.initial_action, self.noop_action, self.start_plan = actions
+        self._held_noop = held_noop(spec, actions)
         self.reset()
 
     def reset(self) -> None:
         """Forget every plan: the next ticks use the initial action."""
         self._plan: tuple[Any, ...] = ()
-        self._plan_seq, self._first_tick = -1, None
+        self._plan_seq, self._first_use = -1, True
         self._last_action = self.initial_action
 
     @property
@@ -167,27 +193,22 @@ class PlanExecutor:
             return _STALE
         if obs_seq == self._plan_seq:
             return _DUPLICATE
-        self._plan, self._plan_seq, self._first_tick = tuple(plan), obs_seq, None
+        self._plan, self._plan_seq, self._first_use = tuple(plan), obs_seq, True
         return _ACCEPTED
 
     def action_for_tick(self, tick: int) -> AppliedAction:
         """The action to apply at ``tick`` (>= 1)."""
         plan, plan_seq = self._plan, self._plan_seq
-        if plan_seq >= 0:
-            first_use = self._first_tick is None
-            if first_use:
-                self._first_tick = tick
-            index = tick - plan_seq - 1
-            if index >= len(plan) and first_use:
-                index = len(plan) - 1
-            if index < len(plan):
+        index = element_for_tick(tick, plan_seq, len(plan), self._first_use, len(self.start_plan))
+        self._first_use = False  # a new plan sets it again
+        if index >= 0:
+            if plan_seq >= 0:
                 self._last_action = action = plan[index]
                 return _new(AppliedAction, (action, plan_seq, index, False))
-        elif self.start_plan:
-            self._last_action = action = self.start_plan[(tick - 1) % len(self.start_plan)]
+            self._last_action = action = self.start_plan[index]
             return AppliedAction(action, -1, -1, True)
-        if self.noop_action is not None and self.hold is not HoldMode.LAST:
-            return AppliedAction(self.noop_action, plan_seq, -1, True)
+        if self._held_noop is not None:
+            return AppliedAction(self._held_noop, plan_seq, -1, True)
         return _new(AppliedAction, (self._last_action, plan_seq, -1, True))
 
 

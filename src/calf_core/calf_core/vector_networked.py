@@ -43,8 +43,8 @@ from calf_core.link import IndependentStage, Packet, SharedEnd, SingleCopyStage
 from calf_core.models import GilbertElliottLoss, TraceMode, TraceReplay, build_stage
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES, float32_space, plan_space
 from calf_core.profiles import Profile
-from calf_core.task_spec import HoldMode, SuccessRule, TaskSpec
-from calf_core.timing import keep_newest, task_actions
+from calf_core.task_spec import SuccessRule, TaskSpec
+from calf_core.timing import element_for_tick, held_noop, keep_newest, task_actions
 
 _STATEFUL = (GilbertElliottLoss, TraceReplay)  # batched with per-env state in arrays
 _EMPTY = np.iinfo(np.int64).max  # a free message slot
@@ -300,7 +300,8 @@ class VectorNetworkedEnv(VectorEnv):
             self._low, self._high = action_space.low, action_space.high
         actions = task_actions(task, action_space)
         self._initial_action = np.asarray(actions.initial, kind)
-        self._noop = None if actions.noop is None or task.hold is HoldMode.LAST else np.asarray(actions.noop, kind)
+        noop = held_noop(task, actions)
+        self._noop = None if noop is None else np.asarray(noop, kind)
         self._start_plan = np.asarray(actions.start_plan, kind).reshape(len(actions.start_plan), *shape)
         self._success_on_truncation = task.success is SuccessRule.TIME_LIMIT
         self._dt_ns = int(round(task.dt * 1e9))
@@ -318,7 +319,7 @@ class VectorNetworkedEnv(VectorEnv):
         self._plan = np.zeros((n, h, *shape), kind)
         self._plan_seq = np.full(n, -1, np.int64)
         self._plan_decision = np.full(n, -1, np.int64)  # index of the decision that sent the current plan
-        self._first_tick = np.full(n, -1, np.int64)  # -1: the current plan has not run yet
+        self._first_use = np.ones(n, bool)  # the current plan has not run yet
         self._last_action = np.zeros((n, *shape), kind)
         self._last_action[:] = self._initial_action
         self._reward = np.zeros(n)
@@ -474,28 +475,26 @@ class VectorNetworkedEnv(VectorEnv):
         self._plan_seq[taken] = seq[newer]
         self._plan[taken] = self._act_plan[taken, slot]
         self._plan_decision[taken] = self._act_decision[taken, slot]
-        self._first_tick[taken] = -1
+        self._first_use[taken] = True
 
     def _on_ticks(self, idx: np.ndarray, active: np.ndarray) -> None:
-        """Envs ``idx`` tick: PlanExecutor.action_for_tick, an env step, then the observation is sent."""
+        """Envs ``idx`` tick: the action PlanExecutor.action_for_tick applies (``element_for_tick``), an env step,
+        then the observation is sent."""
         tick = self._tick[idx] + 1
         self._tick[idx] = tick
-        plan_seq, first_tick = self._plan_seq[idx], self._first_tick[idx]
-        has_plan = plan_seq >= 0
-        first_use = has_plan & (first_tick < 0)
-        self._first_tick[idx[first_use]] = tick[first_use]
-        index = tick - plan_seq - 1
-        index[first_use & (index >= self.plan_horizon)] = self.plan_horizon - 1  # a late plan runs its last element
-        runs = has_plan & (index < self.plan_horizon)
+        plan_seq, cycle = self._plan_seq[idx], len(self._start_plan)
+        index = element_for_tick(tick, plan_seq, self.plan_horizon, self._first_use[idx], cycle)
+        runs = index >= 0  # an element of the plan (or before the first plan, of the start plan) runs
+        self._first_use[idx[runs]] = False  # a new plan sets it again
         action = self._last_action[idx]
-        cycle = len(self._start_plan)
         if cycle:
-            before = ~has_plan
-            action[before] = self._start_plan[(tick[before] - 1) % cycle]
+            starts = runs & (plan_seq < 0)
+            action[starts] = self._start_plan[index[starts]]
+            runs &= plan_seq >= 0
         action[runs] = self._plan[idx[runs], index[runs]]
         self._last_action[idx] = action
         if self._noop is not None:  # hold zero or noop: a held tick applies the no-op, and the last action stays
-            action[~runs & (has_plan | (cycle == 0))] = self._noop
+            action[index < 0] = self._noop
         lag = self._decisions[idx] - 1 - self._plan_decision[idx]
         marked = runs & (lag <= self.plan_horizon)
         self._executed[idx[marked], lag[marked], index[marked]] = 1
@@ -588,7 +587,7 @@ class VectorNetworkedEnv(VectorEnv):
         self._played[idx] = True
         obs = self.batch.reset(idx)
         for array, value in ((self._tick, 0), (self._plan_seq, -1), (self._plan_decision, -1),
-                             (self._first_tick, -1), (self._last_action, self._initial_action), (self._reward, 0.0),
+                             (self._first_use, True), (self._last_action, self._initial_action), (self._reward, 0.0),
                              (self._ticks, 0), (self._ticks_held, 0), (self._obs_lost, 0), (self._actions_lost, 0),
                              (self._executed, 0), (self._gate, -1), (self._busy_until, 0), (self._waiting_seq, -1),
                              (self._decisions, 0), (self._fresh, True), (self._pending, False),
