@@ -19,7 +19,7 @@ import numpy as np
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_core.envs import make_networked_env
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_core.timing import AppliedAction
 
 WINDOW = 15
@@ -27,7 +27,7 @@ WINDOW = 15
 
 def run_episode(agent: Any, meta: dict, network: str, seed: int) -> list[AppliedAction]:
     """Play one episode; return the action applied on every tick."""
-    env = make_networked_env(meta['env'], load_profile(network), seed=seed,
+    env = make_networked_env(meta['env'], resolve_network(network), seed=seed,
                              plan_horizon=int(meta.get('plan_horizon', 1)),
                              start_plan=tuple(meta.get('start_plan', ())))
     applied: list[AppliedAction] = []

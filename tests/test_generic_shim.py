@@ -29,7 +29,7 @@ from std_msgs.msg import String
 
 from calf_core.bags import TRACE_TOPIC, TRACE_TYPE, read_bag, read_trace_bag
 from calf_core.errors import TraceError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_core.traces import trace_stats
 from calf_msgs.msg import LinkStats
 from calf_ros.qos import RESULTS
@@ -260,7 +260,7 @@ def test_trace_bag_holds_every_relayed_message_with_its_delay_or_loss(harness: H
     assert int((~trace.downlink.lost).sum()) == down.delivered == len(clients[0].arrivals)
     np.testing.assert_allclose(trace.downlink.delays_ms[~trace.downlink.lost], 20.0, atol=0.5)
     assert trace_stats(trace)['downlink']['lost'] == down.dropped_injected  # what `calf trace info` reports
-    replay = load_profile(str(bag))  # a trace bag is a profile: its delays, replayed
+    replay = resolve_network(str(bag))  # a trace bag is a profile: its delays, replayed
     uplink, _ = replay.make_links(np.random.default_rng(0))
     assert uplink.transmit(1.0, 64)[0] == pytest.approx(1.010, abs=5e-4)
 

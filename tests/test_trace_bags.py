@@ -30,6 +30,7 @@ from calf_core.bags import (
     write_trace_bag,
 )
 from calf_core.errors import TraceError
+from calf_core.network import resolve_network
 from calf_core.profiles import load_profile
 from calf_core.traces import Sample, synth_trace
 from calf_ros.conversions import time_msg
@@ -202,10 +203,10 @@ def returns_under(profile: object, seed: int, episodes: int = 3) -> list[float]:
 
 def test_replay_of_a_bag_is_deterministic_for_a_seed(tmp_path):
     write_trace_bag(tmp_path / 'wifi', synth_trace(load_profile('wifi_normal'), 30.0, seed=5))
-    profile = load_profile(str(tmp_path / 'wifi'))
+    profile = resolve_network(str(tmp_path / 'wifi'))
     assert profile.name == 'wifi' and profile.uplink[0]['model'] == 'trace_replay'
     first = returns_under(profile, seed=11)
-    assert returns_under(load_profile(str(tmp_path / 'wifi')), seed=11) == first
+    assert returns_under(resolve_network(str(tmp_path / 'wifi')), seed=11) == first
 
 
 @pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])

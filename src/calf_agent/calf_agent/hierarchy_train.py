@@ -19,20 +19,20 @@ from calf_agent.subtasks import make_subtask_env, subtasks
 from calf_agent.trainer import TrainResult, cartpole_defaults, minigrid_defaults
 from calf_agent.training import train
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 
 SILENCE_TIMEOUT_S = {'cartpole': 0.2, 'minigrid': 1.0}  # about 10 ticks of each env
 
 
 def subpolicy_representation(env: str, network: str) -> Representation:
     """The regime's frame stack without action history (see the module doc)."""
-    return replace(default_representation(env, load_profile(network)), actions=0, delay_state=False)
+    return replace(default_representation(env, resolve_network(network)), actions=0, delay_state=False)
 
 
 def train_subpolicy(env: str, sub: SubPolicy, regime: str, seed: int, out_dir: Path, steps: int | None,
                     progress: bool) -> TrainResult:
     """PPO on ``sub``'s sub-task behind its network; the checkpoint goes to ``out_dir``."""
-    profile = load_profile(sub.network)
+    profile = resolve_network(sub.network)
     rep = subpolicy_representation(env, sub.network)
     base = cartpole_defaults() if env == 'cartpole' else minigrid_defaults()
     meta = {'env': env, 'subtask': sub.name, 'placement': sub.placement, 'regime': regime,

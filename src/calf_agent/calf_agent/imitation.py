@@ -46,8 +46,9 @@ from calf_agent.seeding import seed_everything
 from calf_agent.trainer import TrainResult, run_log
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
+from calf_core.network import resolve_network
 from calf_core.networked_env import NetworkedEnv
-from calf_core.profiles import Profile, load_profile
+from calf_core.profiles import Profile
 from calf_core.timing import ObsRecord
 
 CSV_FIELDS = ('global_step', 'episodic_return', 'episodes', 'labels', 'loss', 'round')
@@ -363,7 +364,7 @@ def train_student(expert_dir: Path | str, env: str, network: str, seed: int, out
 
     The student's representation is ``rep``, else the one PPO and SAC get behind ``network``.
     """
-    profile = load_profile(network)
+    profile = resolve_network(network)
     try:
         cfg = ImitationConfig(total_steps=steps or ImitationConfig.total_steps, seed=seed,
                               num_envs=num_envs or ImitationConfig.num_envs)

@@ -19,7 +19,7 @@ from calf_agent.policies import MlpAgent
 from calf_agent.regimes import delay_ticks
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_core.task_spec import HoldMode, TaskSpec
 from calf_core.timing import task_actions
 
@@ -99,7 +99,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     spec = env_spec(env)
     start_plan, hold_action = env_fallbacks(spec, make_env(env).action_space)
     if lead is None:
-        lead = min(delay_ticks(load_profile(network), spec.dt)[1], plan_horizon - 1)
+        lead = min(delay_ticks(resolve_network(network), spec.dt)[1], plan_horizon - 1)
     if not 0 <= lead < plan_horizon:
         raise ConfigError(f'the plan lead must be in [0, {plan_horizon}) for plan horizon {plan_horizon}, got {lead}')
     torch.manual_seed(seed)

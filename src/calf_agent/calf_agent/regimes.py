@@ -22,7 +22,8 @@ from calf_agent.trainer import (
 from calf_agent.training import train
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
-from calf_core.profiles import Profile, load_profile, sample_e2e
+from calf_core.network import resolve_network
+from calf_core.profiles import Profile, sample_e2e
 from calf_core.task_spec import ALGOS, SAC_ALGOS, HoldMode, SuccessRule, TaskSpec
 from calf_core.vector_networked import CartPoleBatch, EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
@@ -167,7 +168,7 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
         raise ConfigError(f'--steps must be > 0, got {steps}')
     if num_envs is not None and num_envs < 1:
         raise ConfigError(f'--envs must be >= 1, got {num_envs}')
-    profile = load_profile(network)
+    profile = resolve_network(network)
     base = train_defaults(env, algo)
     if base.algo in SAC_ALGOS and plan_horizon > 1:
         raise ConfigError(f'{base.algo.upper()} trains single actions: drop --plan-horizon, or train plans with '

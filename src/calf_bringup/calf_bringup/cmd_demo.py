@@ -16,7 +16,7 @@ from calf_agent.regimes import regime_profile, train_policy
 from calf_bringup.cli_args import MAX_EPISODES, count
 from calf_bringup.ros_eval import evaluate_ros
 from calf_core.atomic import check_out_parent
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 
 DEMO_REGIMES = {'baseline': 60_000, 'full': 160_000}
 """Regime -> PPO steps: enough for a clean 500 and a clearly network-aware policy."""
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f'[demo] reusing {policy} (pass --retrain to train again)')
         print(f'[demo] {regime}: sim_clean and {args.network} in virtual time, 50 episodes each')
-        clean = evaluate_sim(policy, load_profile('sim_clean'), episodes=50, seed=100)
-        sim = evaluate_sim(policy, load_profile(args.network), episodes=50, seed=100)
+        clean = evaluate_sim(policy, resolve_network('sim_clean'), episodes=50, seed=100)
+        sim = evaluate_sim(policy, resolve_network(args.network), episodes=50, seed=100)
         print(f'[demo] {regime}: {args.network} through the live graph over DDS, {args.episodes} episodes')
         live = evaluate_ros(policy, args.network, episodes=args.episodes, seed=100, time_scale=1.0)
         rows.append((regime, clean, sim, live))

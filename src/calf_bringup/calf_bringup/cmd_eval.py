@@ -14,7 +14,8 @@ from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS
 from calf_bringup.cli_args import MAX_EPISODES, count, number
 from calf_bringup.cmd_profile import E2E_DEFINITIONS, e2e_report
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile, sample_e2e
+from calf_core.network import resolve_network
+from calf_core.profiles import sample_e2e
 
 MAX_DOMAIN_ID = 232  # ROS 2 domain ids are 0..232
 PRIVATE_DOMAINS = (1, 101)  # a random private domain is drawn from this range (valid on Linux hosts)
@@ -67,7 +68,7 @@ def choose_domain(domain_id: int | None, environ: dict[str, str], log: TextIO) -
 
 def with_e2e_definitions(report: dict[str, Any], network: str, graph: str, seed: int) -> dict[str, Any]:
     """Name what the measured E2E figure is, and add the profile's all-messages figure beside it."""
-    profile = load_profile(EDGE_NETWORK if graph == 'flat_edge' else network)
+    profile = resolve_network(EDGE_NETWORK if graph == 'flat_edge' else network)
     reference = e2e_report(sample_e2e(profile, n=E2E_REFERENCE_SAMPLES, seed=seed))['all_messages']
     return {**report, 'e2e_latency_ms': {**report['e2e_latency_ms'], 'definition': E2E_DEFINITIONS['acted_on']},
             'e2e_all_messages_ms': {**reference, 'definition': 'sampled from the profile (calf profile show): '
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
                               graph=placement, domain_id=domain, progress=True)
     else:
-        report = {**evaluate_graph_sim(placement, args.policy, load_profile(args.network), args.episodes, args.seed,
+        report = {**evaluate_graph_sim(placement, args.policy, resolve_network(args.network), args.episodes, args.seed,
                                        progress=True),
                   'time_scale': None}  # virtual time: no wall clock to scale
     report = with_e2e_definitions(report, args.network, placement, args.seed)

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from calf_bringup.cli_args import count, number
+from calf_core.network import resolve_network
 from calf_core.profile_schema import STAGES, check_stage, json_schema, schema_text
-from calf_core.profiles import E2EStats, Latency, Profile, available_profiles, load_profile, sample_e2e
+from calf_core.profiles import E2EStats, Latency, Profile, available_profiles, sample_e2e
 from calf_core.task_spec import MAX_DT_S, MIN_DT_S
 
 E2E_DEFINITIONS = {
@@ -74,7 +75,7 @@ def _listed(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = load_profile(args.name)
+    profile = resolve_network(args.name)
     stats = sample_e2e(profile, n=args.samples, seed=args.seed, dt_s=args.dt)
     report = {**profile_report(profile), 'samples': stats.n, 'e2e_latency_ms': e2e_report(stats),
               'obs_loss': stats.obs_loss, 'action_loss': stats.action_loss,

@@ -1,7 +1,7 @@
 """``calf trace``: network traces as rosbag2 bags: synthesise, record, import, inspect, recover, fit.
 
 A trace bag is accepted wherever a profile name is (``--network path/to/bag``); it is replayed
-from a seeded random offset in each episode (``calf_core.profiles.load_profile``).
+from a seeded random offset in each episode (``calf_core.network.resolve_network``).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from calf_core.bags import (
     recover_bag,
     write_trace_bag,
 )
+from calf_core.network import resolve_network
 from calf_core.profile_schema import MAX_DELAY_MS, MAX_PERIOD_MS, MIN_EVENT_MS
-from calf_core.profiles import load_profile
 from calf_core.task_spec import MAX_DT_S, MIN_DT_S
 from calf_core.traces import (
     STALL_MS,
@@ -106,7 +106,7 @@ def _output(parser: argparse.ArgumentParser) -> None:
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    trace = synth_trace(load_profile(args.profile), args.duration, args.dt, args.seed)
+    trace = synth_trace(resolve_network(args.profile), args.duration, args.dt, args.seed)
     count = write_trace_bag(args.out, trace, args.storage)
     print(json.dumps({'out': str(args.out), 'samples': count, 'profile': args.profile, 'seed': args.seed}))
     return 0

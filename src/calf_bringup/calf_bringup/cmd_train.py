@@ -22,7 +22,7 @@ from calf_core import progress
 from calf_core.atomic import check_out_parent
 from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_core.task_spec import ALGOS, SAC_ALGOS
 
 MAX_WORKERS = 256
@@ -185,7 +185,7 @@ def _representation(args: argparse.Namespace, network: str) -> Representation | 
     """The representation the flags ask for, or None for the network's default."""
     if args.frames is None and args.action_history is None and not args.obs_age and args.delay_state is None:
         return None
-    default = default_representation(args.env, load_profile(network), args.delay_state)
+    default = default_representation(args.env, resolve_network(network), args.delay_state)
     return Representation(frames=args.frames or default.frames,
                           actions=default.actions if args.action_history is None else args.action_history,
                           obs_age=args.obs_age, delay_state=default.delay_state)

@@ -23,7 +23,7 @@ from calf_agent.dist.learner import WORKER_ID
 from calf_bringup.graph import NAMESPACE, NodeSpec, discovery_env
 from calf_bringup.runner import Graph
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 
 NET_BATCH_TOPIC = '/calf/dist/net/batches'
 NET_WEIGHTS_PREFIX = '/calf/dist/net/weights'
@@ -64,7 +64,7 @@ def training_graph(learner_params: dict[str, Any], workers: int, envs: int, seed
                                      'network': learner_params.get('network', '')}
     nodes = []
     if learner_network:
-        load_profile(learner_network)  # a bad name fails here, on one line
+        resolve_network(learner_network)  # a bad name fails here, on one line
         path = Path(out_dir).resolve() / RELAY_CONFIG
         path.parent.mkdir(parents=True, exist_ok=True)
         profile_ref = learner_network if not Path(learner_network).suffix else str(Path(learner_network).resolve())

@@ -64,13 +64,13 @@ def run_train(job: TrainJob, cache: Path) -> Path:
     from calf_agent.imitation import train_student
     from calf_agent.planner import train_planner
     from calf_agent.regimes import default_representation, train_policy
-    from calf_core.profiles import load_profile
+    from calf_core.network import resolve_network
     final = cache / 'train' / job.key
     if (final / 'meta.json').is_file():
         return final
     partial = final.with_name(f'{final.name}.partial{os.getpid()}')
     shutil.rmtree(partial, ignore_errors=True)
-    rep = default_representation(job.env, load_profile(job.row.network), job.row.delay_state)
+    rep = default_representation(job.env, resolve_network(job.row.network), job.row.delay_state)
     if job.row.planner == 'model':
         train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
                       progress=False)
@@ -92,11 +92,11 @@ def run_eval(job: EvalJob, cache: Path, named: Path | None = None) -> dict[str, 
 
     The report names the checkpoint under ``named`` (the head's cache when a cell works elsewhere)."""
     from calf_agent.evaluate import evaluate_sim
-    from calf_core.profiles import load_profile
+    from calf_core.network import resolve_network
     path = cache / 'eval' / f'{job.key}.json'
     if path.is_file():
         return read_json(path, 'cached evaluation')
-    report = evaluate_sim(cache / 'train' / job.train.key, load_profile(job.network), job.episodes,
+    report = evaluate_sim(cache / 'train' / job.train.key, resolve_network(job.network), job.episodes,
                           seed=10_000 + job.train.seed)
     report['policy'] = str((named or cache) / 'train' / job.train.key)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -87,10 +87,10 @@ def train_hierarchy_cached(spec: GraphTable, seed: int, steps: int, cache: Path)
 def evaluate_cached(graph: str, policy: Path, network: str, episodes: int, seed: int) -> dict[str, Any]:
     """``calf eval --backend sim --placement`` of one trained seed, cached beside the checkpoint."""
     from calf_agent.graph_sim import evaluate_graph_sim
-    from calf_core.profiles import load_profile
+    from calf_core.network import resolve_network
     path = policy.parent / f'{policy.name}--{graph}-{network}-{episodes}ep.json'
     if not path.is_file():
-        report = evaluate_graph_sim(graph, policy, load_profile(network), episodes, seed=10_000 + seed)
+        report = evaluate_graph_sim(graph, policy, resolve_network(network), episodes, seed=10_000 + seed)
         atomic.write_text(path, json.dumps(report))
     return read_json(path, 'cached evaluation')
 

@@ -48,7 +48,7 @@ from calf_bringup.runner import Graph
 from calf_core import progress as progress_bars
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import CalfError, ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_msgs.msg import Action, LinkStats
 from calf_ros.qos import RESULTS, STREAM
 
@@ -175,7 +175,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     evaluations on one machine do not hear each other."""
     if episodes < 1:
         raise ConfigError(f'--episodes must be >= 1, got {episodes}')
-    profile = load_profile(network)
+    profile = resolve_network(network)
     hierarchy = load_hierarchy(policy_dir) if graph == 'hierarchical' else None
     sources = hierarchy.sources if hierarchy else ()
     env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']

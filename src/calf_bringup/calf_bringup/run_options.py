@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from calf_agent.hierarchy import GRAPHS
 from calf_core.envs import parse_start_plan, resolve_env_arg
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_shim.topic_relay_config import load_relay_config
 
 MODES = ('local_sim', 'sim_net', 'edge_sim')
@@ -225,7 +225,7 @@ class RunOptions:
         """Load the shim's profile (a name, a YAML file or a trace bag) here, so that a bad one stops the run
         before any node starts."""
         try:
-            load_profile(self.network)
+            resolve_network(self.network)
         except ConfigError as err:
             raise ConfigError(f'bad {self.spell("network", self.network)}: {err}') from None
 

@@ -16,7 +16,8 @@ from calf_bringup.experiment_specs import (
     TABLES,
 )
 from calf_bringup.ros_eval import evaluate_ros
-from calf_core.profiles import load_profile, sample_e2e
+from calf_core.network import resolve_network
+from calf_core.profiles import sample_e2e
 
 
 def run_table9(out: Path, episodes: int, command: str, started: float) -> list[Path]:
@@ -27,8 +28,8 @@ def run_table9(out: Path, episodes: int, command: str, started: float) -> list[P
     for condition, network in TABLE9_PROFILES.items():
         print(f'table9: {condition} ({network}) through the live graph, {episodes} episodes')
         live = evaluate_ros(policy, network, episodes, seed=0, time_scale=1.0, keep_samples=True)
-        sim = evaluate_sim(policy, load_profile(network), episodes=max(episodes, 20), seed=0)
-        sampled = sample_e2e(load_profile(network), n=100_000, seed=0)
+        sim = evaluate_sim(policy, resolve_network(network), episodes=max(episodes, 20), seed=0)
+        sampled = sample_e2e(resolve_network(network), n=100_000, seed=0)
         samples[f'{condition} (live)'] = live['e2e_samples_ms']
         rows[condition] = {'network': network, 'live': live['e2e_latency_ms'], 'sim': sim['e2e_latency_ms'],
                            'profile': {'p50': sampled.p50_ms, 'p95': sampled.p95_ms},

@@ -25,8 +25,9 @@ from calf_core.env_workers import ProcessEnvBatch
 from calf_core.envs import FlattenObservation, builtin_for_id, env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError, ConfigTypeError, shown
 from calf_core.limits import MAX_PLAN_HORIZON, U64_MAX
+from calf_core.network import resolve_network
 from calf_core.networked_env import ENV_ID, NetworkedEnv
-from calf_core.profiles import Profile, load_profile
+from calf_core.profiles import Profile
 from calf_core.task_spec import HoldMode, TaskSpec
 from calf_core.user_env import check_spaces
 from calf_core.vector_networked import EnvBatch, VectorNetworkedEnv
@@ -62,7 +63,7 @@ def wrap(env: gym.Env | str, network: str | Path | Profile = 'wifi_degraded', dt
     dt = _seconds(dt)
     env = os.fspath(env) if isinstance(env, os.PathLike) else env
     task = os.fspath(task) if isinstance(task, os.PathLike) else task
-    profile = network if isinstance(network, Profile) else load_profile(network)
+    profile = network if isinstance(network, Profile) else resolve_network(network)
     spec = _task_for(env, task, dt)
     if dt is not None:
         spec = dataclasses.replace(spec, dt=dt)
@@ -96,7 +97,7 @@ def make_vec(num_envs: int = 1, env: str = 'cartpole', network: str | Path | Pro
     _check_int(num_envs, 'num_envs', 1, MAX_VECTOR_ENVS)
     _check_int(workers, 'workers', 0, MAX_ENV_WORKERS)
     _check_arguments(env, network, seed, plan_horizon, task)
-    profile = network if isinstance(network, Profile) else load_profile(network)
+    profile = network if isinstance(network, Profile) else resolve_network(network)
     first = wrap(env, profile, dt, seed, plan_horizon, task)
     spec = first.task
 

@@ -1,5 +1,6 @@
-"""Network profiles: the one entry point for ``--network`` (``load_profile``: a name, a YAML file or a trace
-bag), YAML validation, and end-to-end latency sampling.
+"""Network profiles: loading and validating them (``load_profile``: a built-in name or a YAML file), a trace's
+replay profile (``trace_profile``), and end-to-end latency sampling. ``--network`` takes a trace bag too: its one
+entry point is :func:`calf_core.network.resolve_network`.
 
 A profile file (a built-in one is ``calf_core/networks/<name>.yaml``) looks like:
 
@@ -42,7 +43,7 @@ from calf_core.profile_schema import (
     check_shared_stage,
     check_stage,
 )
-from calf_core.traces import Trace, is_bag_path, replay_profile_dict
+from calf_core.traces import BAG_SUFFIXES, Trace, replay_profile_dict
 from calf_core.yaml_files import read_document
 
 NETWORKS_DIR = Path(__file__).resolve().parent / "networks"  # the built-in profiles
@@ -169,18 +170,22 @@ def available_profiles() -> list[str]:
     return sorted(path.stem for path in NETWORKS_DIR.glob("*.yaml"))
 
 
-def load_profile(name_or_path: str | Path, mode: str = 'random_offset') -> Profile:
-    """The network behind ``--network``, everywhere CALF takes one: a built-in profile's bare name, a
-    .yaml/.yml/.json profile file, or a trace bag (its replay profile: see ``trace_profile``)."""
+def check_network_name(name_or_path: str | Path) -> None:
+    """A ConfigError if a part of ``name_or_path`` is longer than a file name can be (the file system would refuse
+    it with an OSError)."""
     if any(len(part.encode()) > MAX_NAME_BYTES for part in Path(name_or_path).parts):
         raise ConfigError(f'network {shown(str(name_or_path))} has a name longer than {MAX_NAME_BYTES} bytes: give '
                           f'a built-in profile name, a profile file or a trace bag')
-    if is_bag_path(name_or_path):
-        from calf_core.bags import read_trace_bag  # rosbags is needed for bags only
 
-        path = Path(name_or_path)
-        return trace_profile(read_trace_bag(path), path.stem, mode)
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A network profile: a built-in profile's bare name or a .yaml/.yml/.json profile file. (What ``--network``
+    names, a trace bag included, is :func:`calf_core.network.resolve_network`'s.)"""
+    check_network_name(name_or_path)
     path = Path(name_or_path)
+    if path.suffix in BAG_SUFFIXES:
+        raise ConfigError(f'{shown(str(name_or_path))} is a trace bag, not a profile file: replay it with '
+                          f'calf_core.network.resolve_network (what --network takes)')
     if path.suffix not in (".yaml", ".yml", ".json"):
         path = NETWORKS_DIR / f"{name_or_path}.yaml"
         if not path.is_file():

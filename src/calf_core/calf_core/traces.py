@@ -3,7 +3,7 @@
 A trace holds one row per message and direction: a sequence number, the send and receive times
 (integer nanoseconds), the size, and whether the message was lost. Rows are kept in send order,
 the order in which ``TraceReplay`` replays them. The module is pure: no rclpy, no message types;
-``plot_trace`` writes a PNG. ``calf_core.profiles.load_profile`` turns a trace bag into its replay profile.
+``plot_trace`` writes a PNG. ``calf_core.network.resolve_network`` turns a trace bag into its replay profile.
 
 Where the times come from, and the clocks they assume:
 

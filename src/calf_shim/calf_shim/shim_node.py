@@ -18,7 +18,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from calf_core.errors import CalfError, ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
@@ -97,7 +97,7 @@ class ShimNode(ShimBase):
         super().__init__('shim', **kwargs)
         self.config = cfg = ShimConfig.from_node(self)
         self._rng = np.random.default_rng(cfg.seed)
-        uplink, downlink = load_profile(cfg.network).make_links(self._rng)
+        uplink, downlink = resolve_network(cfg.network).make_links(self._rng)
         edge, desktop = cfg.edge_qos.profile(), cfg.desktop_qos.profile()
         self.relay_lanes([
             (Lane(self.get_name(), LinkStats.DIRECTION_UPLINK),
@@ -129,7 +129,7 @@ class ShimNode(ShimBase):
             if param.name == 'network':
                 try:
                     network = check_runtime_network(param.value, self.config.profile_dir)
-                    self.releaser.set_links(load_profile(network).make_links(self._rng))
+                    self.releaser.set_links(resolve_network(network).make_links(self._rng))
                 except CalfError as err:
                     return SetParametersResult(successful=False, reason=str(err))
                 self.get_logger().info(f'network changed to {param.value!r}')

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from calf_core.errors import ConfigError
-from calf_core.profiles import Profile, load_profile
+from calf_core.network import resolve_network
+from calf_core.profiles import Profile
 from calf_core.traces import Direction
 from calf_core.yaml_files import read_yaml
 from calf_ros.message_types import normalise_type, resolve_type
@@ -124,7 +125,7 @@ def _profile(value: Any, base_dir: Path) -> Profile:
     path = Path(value).expanduser()
     if path.suffix in ('.yaml', '.yml') and not path.is_absolute():
         path = base_dir / path
-    return load_profile(str(path) if path.suffix in ('.yaml', '.yml') else value)
+    return resolve_network(str(path) if path.suffix in ('.yaml', '.yml') else value)
 
 
 def _check_distinct(entries: list[RelayEntry], source: str) -> None:

@@ -70,11 +70,10 @@ from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent
 from calf_agent.seeding import seed_everything
-from calf_agent.trainer import TrainConfig, cartpole_defaults
-from calf_agent.trainer import build_agent
+from calf_agent.trainer import TrainConfig, build_agent, cartpole_defaults
 from calf_core import atomic, progress
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 
 PROGRESS_FIELDS = ('update', 'version', 'env_steps', 'worker', 'lag', 'vtrace', 'episodes', 'episodic_return',
                    'policy_loss', 'value_loss', 'approx_kl', 'clipfrac', 'learning_rate', 'weights_sent', 'time_s')
@@ -430,7 +429,7 @@ class Learner:
     def _evaluate(self) -> None:
         self._next_eval = self.env_steps + self.cfg.eval_every
         self.checkpoint()
-        report = evaluate_sim(self.cfg.out_dir, load_profile(self.cfg.env_config['network']),
+        report = evaluate_sim(self.cfg.out_dir, resolve_network(self.cfg.env_config['network']),
                               self.cfg.eval_episodes, seed=10_000 + self.cfg.seed)
         row = {'time_s': round(self.clock() - self._start, 3), 'env_steps': self.env_steps, 'version': self.version,
                'mean_return': report['mean_return'], 'weights_bytes': self.sent.bytes}

@@ -27,7 +27,7 @@ from calf_agent.dist.sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.regimes import default_representation, train_defaults
 from calf_agent.representation import Representation
 from calf_core.errors import ConfigError
-from calf_core.profiles import load_profile
+from calf_core.network import resolve_network
 from calf_msgs.msg import ByteChunk
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
@@ -74,7 +74,7 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
            p['plan_horizon']) < 1 or p['num_steps'] < 0:
         raise ConfigError('steps, eval_every, eval_episodes, chunk_bytes, max_workers and plan_horizon must be >= 1, '
                           'num_steps >= 0')
-    profile = load_profile(p['network'])
+    profile = resolve_network(p['network'])
     base = train_defaults(p['env'], 'ppo')
     plan = p['plan_horizon']
     default = default_representation(p['env'], profile, None if p['delay_state'] < 0 else bool(p['delay_state']))

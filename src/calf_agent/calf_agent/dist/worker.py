@@ -53,9 +53,9 @@ from calf_agent.ppo import RolloutBuffer
 from calf_agent.regimes import train_defaults, vec_env_factory
 from calf_agent.representation import Representation
 from calf_agent.seeding import seed_everything
-from calf_agent.trainer import action_layout
-from calf_agent.trainer import executed_elements
-from calf_core.profiles import available_profiles, load_profile
+from calf_agent.trainer import action_layout, executed_elements
+from calf_core.network import resolve_network
+from calf_core.profiles import available_profiles
 
 ENV_CONFIG_KEYS = frozenset({'env', 'network', 'regime', 'representation', 'plan_horizon', 'num_steps'})
 """What a learner's ``env_config`` holds: the workers' env settings."""
@@ -67,7 +67,7 @@ PAUSE_TIMEOUT_S = 10.0
 
 def make_worker_envs(env_config: dict[str, Any], num_envs: int, seed: int) -> gym.vector.VectorEnv:
     """The vector env ``env_config`` describes (the fast path where it applies), with episode statistics."""
-    profile = load_profile(env_config['network'])
+    profile = resolve_network(env_config['network'])
     rep = Representation(**env_config['representation'])
     make = vec_env_factory(env_config['env'], profile, rep, seed, int(env_config.get('plan_horizon', 1)))
     return RecordEpisodeStatistics(make(num_envs))
