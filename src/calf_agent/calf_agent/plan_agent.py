@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from calf_agent.dynamics import disagreement, make_dynamics
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.policies import MlpAgent, as_batch, mlp
-from calf_core import progress as progress_bars
+from calf_agent.policies import MlpAgent, as_batch
 
 PlanState = tuple[Tensor]
 """``(memory,)``, memory ``[1, B, 2 + H * A]``: a flag that a plan was sent, its obs seq, the plan
@@ -39,79 +39,22 @@ Action = int | list[float]
 """One action as a planner spec stores it: an index, or a Box action's values."""
 
 
-class DynamicsModel(nn.Module):
-    """``s' = s + f(s, a)``: an MLP on normalised inputs that predicts the normalised change of state.
-
-    Discrete actions (``n_actions``) enter one-hot, continuous ones (``action_dim`` values) as they are.
-    """
-
-    def __init__(self, obs_dim: int, n_actions: int = 0, hidden: tuple[int, ...] = (64, 64),
-                 action_dim: int = 0) -> None:
-        super().__init__()
-        if (n_actions > 0) == (action_dim > 0):
-            raise ValueError(f'give n_actions (discrete) or action_dim (continuous), got {n_actions} and {action_dim}')
-        self.obs_dim, self.n_actions, self.action_dim, self.hidden = obs_dim, n_actions, action_dim, tuple(hidden)
-        inputs = obs_dim + n_actions + action_dim
-        self.net = nn.Sequential(mlp(inputs, self.hidden), nn.Linear(self.hidden[-1], obs_dim))
-        for name, size in (('x_mean', inputs), ('x_std', inputs), ('y_mean', obs_dim), ('y_std', obs_dim)):
-            self.register_buffer(name, torch.zeros(size) if 'mean' in name else torch.ones(size))
-
-    def spec(self) -> dict[str, Any]:
-        actions = {'n_actions': self.n_actions} if self.n_actions else {'action_dim': self.action_dim}
-        return {'obs_dim': self.obs_dim, **actions, 'hidden': list(self.hidden)}
-
-    def _encode(self, action: Tensor) -> Tensor:
-        """``[B]`` indices one-hot, or ``[B, A]`` values as floats."""
-        if self.n_actions:
-            return nn.functional.one_hot(action.long(), self.n_actions).float()
-        return action.float().reshape(-1, self.action_dim)
-
-    def _inputs(self, obs: Tensor, action: Tensor) -> Tensor:
-        return (torch.cat([obs, self._encode(action)], -1) - self.x_mean) / self.x_std
-
-    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
-        """The predicted next observation ``[B, obs_dim]``."""
-        return obs + self.net(self._inputs(obs, action)) * self.y_std + self.y_mean
-
-    def fit(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray, epochs: int, seed: int,
-            batch: int = 256, lr: float = 1e-3, progress: bool = False) -> float:
-        """Fit to transitions by Adam on the normalised squared error; return the last epoch's loss."""
-        x_obs, x_act = torch.as_tensor(obs, dtype=torch.float32), torch.as_tensor(actions)
-        delta = torch.as_tensor(next_obs, dtype=torch.float32) - x_obs
-        raw = torch.cat([x_obs, self._encode(x_act)], -1)
-        self.x_mean.copy_(raw.mean(0))
-        self.x_std.copy_(raw.std(0).clamp_min(1e-6))
-        self.y_mean.copy_(delta.mean(0))
-        self.y_std.copy_(delta.std(0).clamp_min(1e-6))
-        target = (delta - self.y_mean) / self.y_std
-        optimizer = torch.optim.Adam(self.net.parameters(), lr)
-        generator = torch.Generator().manual_seed(seed)
-        loss = math.nan
-        for _ in progress_bars.bar(epochs, 'epoch', 'dynamics model', allowed=progress, iterable=range(epochs)):
-            order, total = torch.randperm(len(x_obs), generator=generator), 0.0
-            for start in range(0, len(order), batch):
-                idx = order[start:start + batch]
-                step_loss = ((self.net(self._inputs(x_obs[idx], x_act[idx])) - target[idx]) ** 2).mean()
-                optimizer.zero_grad()
-                step_loss.backward()
-                optimizer.step()
-                total += step_loss.item() * len(idx)
-            loss = total / len(order)
-        return loss
-
-
 class PlanningAgent(nn.Module):
     """Plans of H actions from an arrival-aware rollout of ``model`` under the ``base`` policy.
 
-    ``start_plan`` is what the env applies before the first plan arrives, cycled (a held action is a
-    one-element cycle); ``hold_action`` is what it applies when a plan runs out, None for the plan's
-    last element (hold last).
+    ``model`` is a dynamics spec (``calf_agent.dynamics.make_dynamics``): each ensemble member rolls its own
+    trajectory and the base acts on their mean. ``start_plan`` is what the env applies before the first plan
+    arrives, cycled (a held action is a one-element cycle); ``hold_action`` is what it applies when a plan runs
+    out, None for the plan's last element (hold last). ``disagreement_cut``: from the first element after the
+    lead whose state the members disagree on by more than this (``dynamics.disagreement``), the plan is cut:
+    that element and the rest are what the env would apply had the plan ended there (its hold rule).
     """
 
     kind = 'model_plan'
 
     def __init__(self, base: BaseAgent, model: dict[str, Any], plan_horizon: int, lead: int,
-                 start_plan: list[Action], hold_action: Action | None = None) -> None:
+                 start_plan: list[Action], hold_action: Action | None = None,
+                 disagreement_cut: float | None = None) -> None:
         super().__init__()
         self.base = base
         if not isinstance(self.base, (MlpAgent, GaussianAgent)) or self.base.plan_horizon != 1:
@@ -119,8 +62,7 @@ class PlanningAgent(nn.Module):
         self.continuous = isinstance(self.base, GaussianAgent)
         self.action_dim = self.base.action_dim if self.continuous else 0
         self.n_actions = 0 if self.continuous else self.base.n_actions
-        self.model = DynamicsModel(model['obs_dim'], model.get('n_actions', 0), tuple(model['hidden']),
-                                   model.get('action_dim', 0))
+        self.model = make_dynamics(model)
         if (self.model.n_actions, self.model.action_dim) != (self.n_actions, self.action_dim):
             raise ValueError('the dynamics model and the base policy must take the same actions')
         if not 0 <= lead < plan_horizon:
@@ -131,6 +73,10 @@ class PlanningAgent(nn.Module):
         self.start_plan, self.hold_action = list(start_plan), hold_action
         self._start = torch.stack([self._action_tensor(a, 'start_plan') for a in start_plan])
         self._hold = None if hold_action is None else self._action_tensor(hold_action, 'hold_action')
+        if disagreement_cut is not None and (isinstance(disagreement_cut, bool) or not isinstance(
+                disagreement_cut, (int, float)) or not 0 < disagreement_cut < math.inf):
+            raise ValueError(f'disagreement_cut must be a positive number or absent, got {disagreement_cut!r}')
+        self.disagreement_cut = disagreement_cut
         self.obs_dim = self.base.obs_dim
 
     def _action_tensor(self, action: Action, name: str) -> Tensor:
@@ -147,7 +93,9 @@ class PlanningAgent(nn.Module):
     def spec(self) -> dict[str, Any]:
         spec = {'kind': self.kind, 'base': self.base.spec(), 'model': self.model.spec(),
                 'plan_horizon': self.plan_horizon, 'lead': self.lead, 'start_plan': self.start_plan}
-        return spec if self.hold_action is None else {**spec, 'hold_action': self.hold_action}
+        if self.hold_action is not None:
+            spec['hold_action'] = self.hold_action
+        return spec if self.disagreement_cut is None else {**spec, 'disagreement_cut': self.disagreement_cut}
 
     def _env_action(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_plan: Tensor) -> Tensor:
         """What the env applies at ``tick`` ``[B]`` if no newer plan arrives: the previous plan's element, its
@@ -177,14 +125,20 @@ class PlanningAgent(nn.Module):
         sent, prev_seq = memory[:, 0] > 0, memory[:, 1].long()
         prev_plan = memory[:, 2:].view(-1, self.plan_horizon, width)
         prev_plan = prev_plan if self.continuous else prev_plan[..., 0].long()
-        plan = []
+        states = x[None].expand(self.model.members, -1, -1)
+        cut = torch.zeros(len(x), dtype=torch.bool)
+        plan: list[Tensor] = []
         for j in range(self.plan_horizon):
             if j < self.lead:
                 action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
             else:
-                action = torch.as_tensor(self.base.act(x, deterministic=deterministic)[0])
+                action = torch.as_tensor(self.base.act(states.mean(0), deterministic=deterministic)[0])
+                if self.disagreement_cut is not None and plan:
+                    cut |= disagreement(states, self.model.y_std) > self.disagreement_cut
+                    held = plan[-1] if self._hold is None else self._hold.to(action.dtype)
+                    action = torch.where(_rows(cut, action), held, action)
             plan.append(action)
-            x = self.model(x, action)
+            states = self.model.rollout_step(states, action)
         plans = torch.stack(plan, 1)
         memory = torch.cat([torch.ones(len(plans), 1), seq_t.view(-1, 1).float(),
                             plans.float().reshape(len(plans), -1)], 1)

@@ -4,6 +4,7 @@ The planning agent itself, and how it rolls the delivered observation forward, i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,19 @@ import numpy as np
 import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.dynamics import DynamicsModel, EnsembleDynamics, FitConfig, Transitions, fit, open_loop
 from calf_agent.errors import CheckpointError
+from calf_agent.evaluate import one_torch_thread
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.plan_agent import Action, BaseAgent, DynamicsModel, PlanningAgent
+from calf_agent.plan_agent import Action, BaseAgent, PlanningAgent
 from calf_agent.policies import MlpAgent
 from calf_agent.regimes import delay_ticks
-from calf_core.envs import env_spec, make_env
+from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
+from calf_core.profiles import Profile
 from calf_core.task_spec import HoldMode, TaskSpec
-from calf_core.timing import task_actions
+from calf_core.timing import ObsRecord, task_actions
 
 
 def env_fallbacks(spec: TaskSpec, space: gym.Space) -> tuple[list[Action], Action | None]:
@@ -45,14 +49,14 @@ falls; at 0.1 its velocities' errors three ticks ahead are 25-45 % lower (result
 
 
 def collect_transitions(env_name: str, policy: BaseAgent, steps: int, seed: int, explore: float | None = None
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                        ) -> Transitions:
     """``steps`` transitions of the bare env under ``policy``, with a random action at rate ``explore``
     (default ``EXPLORE``)."""
     env: gym.Env = make_env(env_name)
     continuous = isinstance(policy, GaussianAgent)
     explore = EXPLORE[continuous] if explore is None else explore
     rng = np.random.default_rng(seed)
-    obs_list, actions, next_list = [], [], []
+    obs_list, actions, next_list, follows = [], [], [], []
     obs, _ = env.reset(seed=seed)
     for _ in range(steps):
         if rng.random() < explore:
@@ -64,31 +68,96 @@ def collect_transitions(env_name: str, policy: BaseAgent, steps: int, seed: int,
         obs_list.append(obs)
         actions.append(action)
         next_list.append(next_obs)
+        follows.append(not (terminated or truncated))
         obs = env.reset()[0] if terminated or truncated else next_obs
-    return (np.asarray(obs_list, dtype=np.float32), np.asarray(actions, dtype=np.float32 if continuous else np.int64),
-            np.asarray(next_list, dtype=np.float32))
+    return Transitions(np.asarray(obs_list, dtype=np.float32),
+                       np.asarray(actions, dtype=np.float32 if continuous else np.int64),
+                       np.asarray(next_list, dtype=np.float32), np.asarray(follows, dtype=bool))
 
 
-def rollout_error(model: DynamicsModel, env_name: str, policy: BaseAgent, horizon: int, seed: int,
-                  starts: int = 200) -> list[float]:
-    """RMSE per observation value of ``horizon``-tick open-loop predictions on fresh trajectories."""
-    obs, actions, next_obs = collect_transitions(env_name, policy, starts * horizon * 2, seed)
-    errors = []
-    with torch.inference_mode():
-        for begin in range(0, len(obs) - horizon, horizon * 2):
-            if not np.allclose(obs[begin + 1:begin + horizon], next_obs[begin:begin + horizon - 1]):
-                continue  # an episode ended inside the window
-            x = torch.as_tensor(obs[begin:begin + 1])
-            for j in range(horizon):
-                x = model(x, torch.as_tensor(actions[begin + j:begin + j + 1]))
-            errors.append((x[0].numpy() - next_obs[begin + horizon - 1]) ** 2)
-    return [float(v) for v in np.sqrt(np.mean(errors, axis=0))]
+class _TickLog:
+    """The transitions a NetworkedEnv runs, from its tick listener: the state, the action it applied (a plan's
+    element or its hold) and the state that followed."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[np.ndarray, Any, np.ndarray, int]] = []
+        self._last: np.ndarray | None = None
+        self._episode = 0
+
+    def __call__(self, record: ObsRecord) -> None:
+        if record.applied is None:  # a reset
+            self._episode += 1
+        elif self._last is not None:
+            self.rows.append((self._last, record.applied.action, record.obs, self._episode))
+        self._last = record.obs
+
+    def transitions(self, steps: int, continuous: bool) -> Transitions:
+        rows = self.rows[:steps]
+        episodes = np.asarray([r[3] for r in rows])
+        return Transitions(np.asarray([r[0] for r in rows], np.float32),
+                           np.asarray([r[1] for r in rows], np.float32 if continuous else np.int64),
+                           np.asarray([r[2] for r in rows], np.float32),
+                           np.append(episodes[1:] == episodes[:-1], False) if len(rows) else np.zeros(0, bool))
 
 
+def collect_planned(agent: PlanningAgent, env_name: str, profile: Profile, steps: int, seed: int,
+                    start_plan: tuple[Any, ...] | None = None) -> Transitions:
+    """``steps`` transitions that ``agent`` drives behind ``profile`` (NetworkedEnv, virtual time): the states
+    its plans meet, late and lost ones included."""
+    env = make_networked_env(env_name, profile, seed=seed, plan_horizon=agent.plan_horizon, start_plan=start_plan)
+    log = _TickLog()
+    env.tick_listener = log
+    episode = 0
+    while len(log.rows) < steps:
+        obs, info = env.reset(seed=seed * 1_000_003 + episode)
+        episode += 1
+        state, done = None, False
+        while not done and len(log.rows) < steps:
+            plan, state = agent.act(obs, state, deterministic=True, seq=[info['obs_seq']])
+            obs, _, terminated, truncated, info = env.step(plan[0])
+            done = terminated or truncated
+    return log.transitions(steps, agent.continuous)
+
+
+def rollout_error(model: EnsembleDynamics | DynamicsModel, data: Transitions, horizon: int
+                  ) -> tuple[list[list[float]], list[float]]:
+    """Open-loop RMSE per observation value at each of ``horizon`` ticks (``[horizon][obs]``) and the mean
+    disagreement at each tick, on held-out ``data``."""
+    errors, spread = open_loop(model, data, horizon)
+    return [[float(v) for v in row] for row in np.sqrt(errors.mean(0))], [float(v) for v in spread.mean(0)]
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """The dynamics model's size, data budget and training: see ``train_planner``."""
+
+    transitions: int = 50_000  # env ticks of training data in all, split evenly over the rounds
+    epochs: int = 10  # the first fit's; each refit runs half as many, on all data so far
+    members: int = 5
+    hidden: tuple[int, ...] = (200, 200)
+    rollout: int | None = None  # steps of the open-loop loss (default: the plan horizon)
+    refits: int = 2  # rounds of planner-driven data behind the network, each followed by a refit
+    cut_quantile: float | None = 0.99  # the disagreement cut: this quantile of the held-out disagreement
+
+    def __post_init__(self) -> None:
+        if min(self.transitions, self.epochs, self.members) < 1 or self.refits < 0:
+            raise ValueError('transitions, epochs and members must be >= 1 and refits >= 0')
+        if self.cut_quantile is not None and not 0 < self.cut_quantile <= 1:
+            raise ValueError(f'cut_quantile must be in (0, 1] or None, got {self.cut_quantile}')
+
+
+@one_torch_thread()
 def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_horizon: int, seed: int,
-                  lead: int | None = None, transitions: int = 50_000, epochs: int = 30,
+                  lead: int | None = None, cfg: PlannerConfig | None = None,
                   progress: bool = True) -> dict[str, Any]:
-    """Fit a dynamics model beside the base checkpoint ``base_dir`` and save the planner in ``out_dir``."""
+    """Fit an ensemble dynamics model beside the base checkpoint ``base_dir`` and save the planner in ``out_dir``.
+
+    Round 0's data comes from the base policy on the bare env (with random actions, ``EXPLORE``); each refit
+    round's from the planner itself behind ``network``, so that the model learns the states its plans lead to.
+    The held-out data (fresh base-policy episodes) gives the open-loop error per tick recorded in meta.json and
+    calibrates the disagreement cut.
+    """
+    cfg = cfg or PlannerConfig()
     base, base_meta = load_checkpoint(base_dir)
     rep = base_meta.get('representation', {})
     if not isinstance(base, (MlpAgent, GaussianAgent)) or base.plan_horizon != 1 or rep.get('frames', 1) != 1 \
@@ -98,18 +167,45 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     env = base_meta['env']
     spec = env_spec(env)
     start_plan, hold_action = env_fallbacks(spec, make_env(env).action_space)
+    profile = resolve_network(network)
     if lead is None:
-        lead = min(delay_ticks(resolve_network(network), spec.dt)[1], plan_horizon - 1)
+        lead = min(delay_ticks(profile, spec.dt)[1], plan_horizon - 1)
     if not 0 <= lead < plan_horizon:
         raise ConfigError(f'the plan lead must be in [0, {plan_horizon}) for plan horizon {plan_horizon}, got {lead}')
     torch.manual_seed(seed)
     actions = {'action_dim': base.action_dim} if isinstance(base, GaussianAgent) else {'n_actions': base.n_actions}
-    model = DynamicsModel(base.obs_dim, **actions)
-    loss = model.fit(*collect_transitions(env, base, transitions, seed), epochs=epochs, seed=seed, progress=progress)
+    model = EnsembleDynamics(base.obs_dim, **actions, hidden=cfg.hidden, members=cfg.members)
     agent = PlanningAgent(base, model.spec(), plan_horizon, lead, start_plan, hold_action)
-    agent.model.load_state_dict(model.state_dict())
-    dynamics = {'transitions': transitions, 'epochs': epochs, 'train_loss': loss,
-                f'rollout_rmse_{plan_horizon}_ticks': rollout_error(model, env, base, plan_horizon, seed + 1)}
+    agent.model = model
+    rounds = cfg.refits + 1
+    per_round = max(1, cfg.transitions // rounds)
+    fit_cfg = FitConfig(epochs=cfg.epochs, rollout=cfg.rollout or plan_horizon)
+    optimizer = torch.optim.Adam(model.parameters(), fit_cfg.learning_rate)
+    safe_start = tuple(spec.safe_start) if spec.safe_start else None
+    parts: list[Transitions] = []
+    history: list[dict[str, Any]] = []
+    for round_index in range(rounds):
+        if round_index == 0:
+            parts.append(collect_transitions(env, base, per_round, seed))
+            model.normalise(parts[0])
+        else:
+            parts.append(collect_planned(agent, env, profile, per_round, seed + round_index, safe_start))
+            fit_cfg = replace(fit_cfg, epochs=max(1, cfg.epochs // 2))
+        loss = fit(model, Transitions.concat(parts), fit_cfg, seed + round_index, progress, optimizer)
+        history.append({'source': 'base' if round_index == 0 else f'planner behind {network}',
+                        'transitions': len(parts[-1]), 'train_loss': loss})
+    held_out = collect_transitions(env, base, 200 * plan_horizon * 2, seed + 1 + rounds)
+    errors, spread = open_loop(model, held_out, plan_horizon)
+    cut = None if cfg.cut_quantile is None else float(np.quantile(spread, cfg.cut_quantile))
+    agent.disagreement_cut = cut if cut is not None and cut > 0 else None
+    rmse = np.sqrt(errors.mean(0))
+    dynamics = {'transitions': sum(len(p) for p in parts), 'epochs': cfg.epochs, 'members': cfg.members,
+                'hidden': list(cfg.hidden), 'rollout': fit_cfg.rollout, 'rounds': history,
+                'train_loss': history[-1]['train_loss'],
+                f'rollout_rmse_{plan_horizon}_ticks': [float(v) for v in rmse[-1]],
+                'rollout_rmse_by_tick': [[float(v) for v in row] for row in rmse],
+                'disagreement_by_tick': [float(v) for v in spread.mean(0)],
+                'disagreement_cut': agent.disagreement_cut, 'cut_quantile': cfg.cut_quantile}
     meta = {'env': env, 'regime': 'model planner', 'network': network, 'plan_horizon': plan_horizon,
             'representation': {'frames': 1, 'actions': 0},
             **({'start_plan': start_plan} if spec.safe_start else {}),
