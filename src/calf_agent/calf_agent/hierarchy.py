@@ -20,10 +20,12 @@ from calf_core.yaml_files import read_json
 HIERARCHY_FILE = 'hierarchy.json'
 FORMAT = 1
 EDGE_NETWORK = 'sim_clean'  # what a policy beside the env meets: no network
-PLACEMENTS = ('edge', 'desktop')
-GRAPHS = ('flat_desktop', 'flat_edge', 'hierarchical')
-"""Deployment configurations (paper, Table 7): one policy across the network, one policy beside the
+SIDES = ('edge', 'desktop')
+"""Where a sub-policy runs (its ``placement`` in hierarchy.json): beside the env, or across the network."""
+PLACEMENTS = ('flat_desktop', 'flat_edge', 'hierarchical')
+"""Where the policy runs (``--placement``; paper, Table 7): one policy across the network, one policy beside the
 env, or a hierarchy with sub-policies on both sides."""
+GRAPHS = PLACEMENTS  # the previous name, which graph_sim still imports; it goes when graph_sim is renamed
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,9 @@ def load_hierarchy(path: Path | str) -> Hierarchy:
                               float(doc['silence_timeout_s']), file.resolve().parent)
     except (ValueError, KeyError, TypeError) as err:
         raise ConfigError(f'{file} is not a valid hierarchy ({" ".join(str(err).split())})') from None
-    bad = [sub.placement for sub in subs if sub.placement not in PLACEMENTS]
+    bad = [sub.placement for sub in subs if sub.placement not in SIDES]
     if bad or len(subs) < 2:
-        raise ConfigError(f'{file}: needs two or more sub-policies placed on {" or ".join(PLACEMENTS)}')
+        raise ConfigError(f'{file}: needs two or more sub-policies placed on {" or ".join(SIDES)}')
     make_gate(hierarchy.env, hierarchy.gating)
     return hierarchy
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from calf_agent.graph_sim import evaluate_graph_sim
-from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS
+from calf_agent.hierarchy import EDGE_NETWORK, PLACEMENTS
 from calf_bringup.cli_args import MAX_EPISODES, count, number
 from calf_bringup.cmd_profile import E2E_DEFINITIONS, e2e_report
 from calf_core.errors import ConfigError
@@ -37,11 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--time-scale', type=number(0, 1000, low_open=True), default=1.0,
                         help='ros backend: run the graph this many times faster than real time; latencies are '
                              'reported in the profile\'s units')
-    parser.add_argument('--placement', choices=GRAPHS,
+    parser.add_argument('--placement', choices=PLACEMENTS,
                         help='where the policy runs. flat_desktop: across the network (default); flat_edge: beside '
                              'the env (no network); hierarchical: edge sub-policies and arbiter beside the env, '
                              'desktop ones across it')
-    parser.add_argument('--graph', choices=GRAPHS, help='deprecated alias of --placement')
+    parser.add_argument('--graph', choices=PLACEMENTS, help='deprecated alias of --placement')
     parser.add_argument('--domain-id', type=int,
                         help='ros backend: ROS_DOMAIN_ID of the graph (default: $ROS_DOMAIN_ID if set, else a random '
                              'private domain); the domain used is printed')
@@ -66,9 +66,9 @@ def choose_domain(domain_id: int | None, environ: dict[str, str], log: TextIO) -
     return chosen
 
 
-def with_e2e_definitions(report: dict[str, Any], network: str, graph: str, seed: int) -> dict[str, Any]:
+def with_e2e_definitions(report: dict[str, Any], network: str, placement: str, seed: int) -> dict[str, Any]:
     """Name what the measured E2E figure is, and add the profile's all-messages figure beside it."""
-    profile = resolve_network(EDGE_NETWORK if graph == 'flat_edge' else network)
+    profile = resolve_network(EDGE_NETWORK if placement == 'flat_edge' else network)
     reference = e2e_report(sample_e2e(profile, n=E2E_REFERENCE_SAMPLES, seed=seed))['all_messages']
     return {**report, 'e2e_latency_ms': {**report['e2e_latency_ms'], 'definition': E2E_DEFINITIONS['acted_on']},
             'e2e_all_messages_ms': {**reference, 'definition': 'sampled from the profile (calf profile show): '

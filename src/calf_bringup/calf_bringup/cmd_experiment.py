@@ -13,13 +13,13 @@ from calf_bringup.experiment import run_table, write_outputs
 from calf_bringup.experiment_ray import RayExecutor, parse_cluster
 from calf_bringup.experiment_report import write_results_readme
 from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, TableSpec, env_table
-from calf_bringup.graph_tables import GRAPH_TABLES, run_graph_table, write_graph_table
+from calf_bringup.placement_tables import PLACEMENT_TABLES, run_placement_table, write_placement_table
 from calf_bringup.table9 import run_table9
 from calf_core.atomic import make_out_dir
 from calf_core.envs import add_env_arguments, resolve_env_arg
 from calf_core.errors import ConfigError
 
-CHOICES = (*TABLES, *GRAPH_TABLES, 'table9', *TABLE_GROUPS, 'all')
+CHOICES = (*TABLES, *PLACEMENT_TABLES, 'table9', *TABLE_GROUPS, 'all')
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
         started = time.time()
         if executor and name not in tables:
             print(f'{name}: runs on this machine (--cluster applies to {", ".join(tables)})')
-        if name in GRAPH_TABLES:
-            result = run_graph_table(GRAPH_TABLES[name], args.seeds, args.episodes, args.out, args.workers, args.steps)
-            written = write_graph_table(result, args.out, command, started)
+        if name in PLACEMENT_TABLES:
+            result = run_placement_table(PLACEMENT_TABLES[name], args.seeds, args.episodes, args.out, args.workers,
+                                         args.steps)
+            written = write_placement_table(result, args.out, command, started)
         elif name == 'table9':
             written = run_table9(args.out, episodes=max(1, args.episodes // 10), command=command, started=started)
         else:

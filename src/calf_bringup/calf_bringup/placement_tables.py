@@ -1,7 +1,7 @@
-"""Tables 7 and 8 analogs: one task deployed as Flat (Desktop), Flat (Edge) and Hierarchical graphs.
+"""Tables 7 and 8 analogs: one task deployed in three placements, Flat (Desktop), Flat (Edge) and Hierarchical.
 
 Per seed, a flat policy trains ``steps`` PPO steps under the regime, and a hierarchy trains the same
-total budget split evenly across its sub-policies (``calf train-hierarchy``). Every graph is then
+total budget split evenly across its sub-policies (``calf train-hierarchy``). Every placement is then
 evaluated under the deployment network (wifi_normal) in virtual time (``calf_agent.graph_sim``,
 all seeds), and the seed-0 policies also through the live node graph over DDS at time scale 1
 (``calf eval --backend ros --placement ...``), which measures E2E latency with the real node hops.
@@ -23,11 +23,11 @@ from calf_agent.subtasks import SUBTASKS, subtasks
 from calf_core import atomic
 from calf_core.yaml_files import read_json
 
-GRAPH_ROWS = {'Flat (Desktop)': 'flat_desktop', 'Flat (Edge)': 'flat_edge',
-              'Hierarchical (Distributed)': 'hierarchical'}
+PLACEMENT_ROWS = {'Flat (Desktop)': 'flat_desktop', 'Flat (Edge)': 'flat_edge',
+                  'Hierarchical (Distributed)': 'hierarchical'}
 
 
-class GraphTable(NamedTuple):
+class PlacementTable(NamedTuple):
     name: str
     title: str
     env: str
@@ -38,19 +38,19 @@ class GraphTable(NamedTuple):
     note: str = ''
 
 
-GRAPH_TABLES = {
-    'table7': GraphTable('table7', 'CartPole policy graph: deployment configurations over Wi-Fi-Normal', 'cartpole',
-                         'wifi_normal', 'full', 200_000,
-                         {'Flat (Desktop)': 'return 448 ± 28, E2E 38 / 62 ms',
-                          'Flat (Edge)': 'return 472 ± 21, E2E 6 / 11 ms',
-                          'Hierarchical (Distributed)': 'return 465 ± 24, E2E 22 / 45 ms'}),
-    'table8': GraphTable('table8', 'MiniGrid DoorKey policy graph: deployment configurations over Wi-Fi-Normal',
-                         'minigrid', 'wifi_normal', 'full', 500_000,
-                         {'Flat (Desktop)': 'success 77 ± 9 %', 'Flat (Edge)': 'success 82 ± 7 %',
-                          'Hierarchical (Distributed)': 'success 79 ± 8 %'}),
-    'table8_dynamic': GraphTable('table8_dynamic', 'MiniGrid Dynamic-Obstacles policy graph: deployment '
-                                 'configurations over Wi-Fi-Normal', 'minigrid_dynamic', 'wifi_normal', 'full',
-                                 200_000, {}, 'Dynamic-Obstacles has no sub-tasks, so no hierarchical graph.'),
+PLACEMENT_TABLES = {
+    'table7': PlacementTable('table7', 'CartPole policy graph: deployment configurations over Wi-Fi-Normal',
+                             'cartpole', 'wifi_normal', 'full', 200_000,
+                             {'Flat (Desktop)': 'return 448 ± 28, E2E 38 / 62 ms',
+                              'Flat (Edge)': 'return 472 ± 21, E2E 6 / 11 ms',
+                              'Hierarchical (Distributed)': 'return 465 ± 24, E2E 22 / 45 ms'}),
+    'table8': PlacementTable('table8', 'MiniGrid DoorKey policy graph: deployment configurations over Wi-Fi-Normal',
+                             'minigrid', 'wifi_normal', 'full', 500_000,
+                             {'Flat (Desktop)': 'success 77 ± 9 %', 'Flat (Edge)': 'success 82 ± 7 %',
+                              'Hierarchical (Distributed)': 'success 79 ± 8 %'}),
+    'table8_dynamic': PlacementTable('table8_dynamic', 'MiniGrid Dynamic-Obstacles policy graph: deployment '
+                                     'configurations over Wi-Fi-Normal', 'minigrid_dynamic', 'wifi_normal', 'full',
+                                     200_000, {}, 'Dynamic-Obstacles has no sub-tasks, so no hierarchical placement.'),
 }
 
 
@@ -70,32 +70,32 @@ def _cached(final: Path, marker: str, build: Any) -> Path:
     return final
 
 
-def train_flat(spec: GraphTable, seed: int, steps: int, cache: Path) -> Path:
+def train_flat(spec: PlacementTable, seed: int, steps: int, cache: Path) -> Path:
     from calf_agent.regimes import regime_profile, train_policy
     return _cached(cache / f'{spec.env}-{spec.regime}-{steps}steps-seed{seed}-flat', 'meta.json',
                    lambda out: train_policy(spec.env, regime_profile(spec.regime), seed, out, steps=steps,
                                             regime=spec.regime, progress=False))
 
 
-def train_hierarchy_cached(spec: GraphTable, seed: int, steps: int, cache: Path) -> Path:
+def train_hierarchy_cached(spec: PlacementTable, seed: int, steps: int, cache: Path) -> Path:
     from calf_agent.hierarchy_train import train_hierarchy
     per_sub = steps // len(subtasks(spec.env))
     return _cached(cache / f'{spec.env}-{spec.regime}-{steps}steps-seed{seed}-hierarchy', 'hierarchy.json',
                    lambda out: train_hierarchy(spec.env, spec.regime, seed, out, per_sub, progress=False))
 
 
-def evaluate_cached(graph: str, policy: Path, network: str, episodes: int, seed: int) -> dict[str, Any]:
+def evaluate_cached(placement: str, policy: Path, network: str, episodes: int, seed: int) -> dict[str, Any]:
     """``calf eval --backend sim --placement`` of one trained seed, cached beside the checkpoint."""
     from calf_agent.graph_sim import evaluate_graph_sim
     from calf_core.network import resolve_network
-    path = policy.parent / f'{policy.name}--{graph}-{network}-{episodes}ep.json'
+    path = policy.parent / f'{policy.name}--{placement}-{network}-{episodes}ep.json'
     if not path.is_file():
-        report = evaluate_graph_sim(graph, policy, resolve_network(network), episodes, seed=10_000 + seed)
+        report = evaluate_graph_sim(placement, policy, resolve_network(network), episodes, seed=10_000 + seed)
         atomic.write_text(path, json.dumps(report))
     return read_json(path, 'cached evaluation')
 
 
-def _train(job: tuple[str, GraphTable, int, int, Path]) -> Path:
+def _train(job: tuple[str, PlacementTable, int, int, Path]) -> Path:
     kind, spec, seed, steps, cache = job
     return (train_flat if kind == 'flat' else train_hierarchy_cached)(spec, seed, steps, cache)
 
@@ -104,9 +104,9 @@ def _evaluate(job: tuple[str, Path, str, int, int]) -> dict[str, Any]:
     return evaluate_cached(*job)
 
 
-def run_graph_table(spec: GraphTable, seeds: int, episodes: int, out: Path, workers: int | None = None,
-                    steps: int | None = None) -> dict[str, Any]:
-    """Train every seed, evaluate every graph in virtual time, and seed 0 over DDS; return the result.
+def run_placement_table(spec: PlacementTable, seeds: int, episodes: int, out: Path, workers: int | None = None,
+                        steps: int | None = None) -> dict[str, Any]:
+    """Train every seed, evaluate every placement in virtual time, and seed 0 over DDS; return the result.
 
     Ablation rows evaluate each sub-policy of the hierarchy alone, where it runs (virtual time only).
     """
@@ -114,21 +114,22 @@ def run_graph_table(spec: GraphTable, seeds: int, episodes: int, out: Path, work
     steps = steps or spec.steps
     cache = out / 'graph_cache'
     cache.mkdir(parents=True, exist_ok=True)
-    graphs = graph_rows(spec)
-    kinds = ('flat', 'hierarchy') if 'hierarchical' in graphs.values() else ('flat',)
+    placements = placement_rows(spec)
+    kinds = ('flat', 'hierarchy') if 'hierarchical' in placements.values() else ('flat',)
     jobs = [(kind, spec, seed, steps, cache) for seed in range(seeds) for kind in kinds]
     with ProcessPoolExecutor(workers, initializer=_one_thread) as pool:
         trained = dict(zip([(kind, seed) for kind, _, seed, _, _ in jobs], pool.map(_train, jobs)))
-        evals = {(row, seed): (graph, trained['hierarchy' if graph == 'hierarchical' else 'flat', seed], spec.network,
-                               episodes, seed) for row, graph in graphs.items() for seed in range(seeds)}
+        evals = {(row, seed): (placement, trained['hierarchy' if placement == 'hierarchical' else 'flat', seed],
+                               spec.network, episodes, seed)
+                 for row, placement in placements.items() for seed in range(seeds)}
         for sub in load_hierarchy(trained['hierarchy', 0]).subpolicies if 'hierarchy' in kinds else ():
-            graph = 'flat_edge' if sub.placement == 'edge' else 'flat_desktop'
+            placement = 'flat_edge' if sub.placement == 'edge' else 'flat_desktop'
             evals.update({(f'{sub.name} alone ({sub.placement}, ablation)', seed): (
-                graph, load_hierarchy(trained['hierarchy', seed]).checkpoint(sub), spec.network, episodes, seed)
+                placement, load_hierarchy(trained['hierarchy', seed]).checkpoint(sub), spec.network, episodes, seed)
                 for seed in range(seeds)})
         reports = dict(zip(evals, pool.map(_evaluate, evals.values())))
-    live = _live(spec, {graph: evals[row, 0][1] for row, graph in graphs.items()}, max(2, episodes // 5))
-    rows = {row: _row([reports[row, seed] for seed in range(seeds)], live.get(GRAPH_ROWS.get(row)))
+    live = _live(spec, {placement: evals[row, 0][1] for row, placement in placements.items()}, max(2, episodes // 5))
+    rows = {row: _row([reports[row, seed] for seed in range(seeds)], live.get(PLACEMENT_ROWS.get(row)))
             for row in dict.fromkeys(row for row, _ in evals)}
     return {'table': spec.name, 'title': spec.title, 'env': spec.env, 'network': spec.network,
             'regime': spec.regime, 'seeds': seeds, 'episodes': episodes, 'steps': steps,
@@ -136,18 +137,19 @@ def run_graph_table(spec: GraphTable, seeds: int, episodes: int, out: Path, work
             'note': spec.note, 'goal': _goal(rows) if 'hierarchy' in kinds else {}}
 
 
-def graph_rows(spec: GraphTable) -> dict[str, str]:
+def placement_rows(spec: PlacementTable) -> dict[str, str]:
     """The rows ``spec`` has: row name -> placement; no hierarchical row for a task without sub-tasks."""
-    return {row: graph for row, graph in GRAPH_ROWS.items() if graph != 'hierarchical' or spec.env in SUBTASKS}
+    return {row: placement for row, placement in PLACEMENT_ROWS.items()
+            if placement != 'hierarchical' or spec.env in SUBTASKS}
 
 
-def _live(spec: GraphTable, policy: dict[str, Path], episodes: int) -> dict[str, dict[str, Any]]:
-    """Each graph of seed 0 through the live node graph at time scale 1."""
+def _live(spec: PlacementTable, policy: dict[str, Path], episodes: int) -> dict[str, dict[str, Any]]:
+    """Each placement of seed 0 through the live node graph at time scale 1."""
     from calf_bringup.ros_eval import evaluate_ros
     reports = {}
-    for graph, path in policy.items():
-        print(f'{spec.name}: {graph} through the live graph, {episodes} episodes under {spec.network}')
-        reports[graph] = evaluate_ros(path, spec.network, episodes, seed=0, time_scale=1.0, graph=graph)
+    for placement, path in policy.items():
+        print(f'{spec.name}: {placement} through the live node graph, {episodes} episodes under {spec.network}')
+        reports[placement] = evaluate_ros(path, spec.network, episodes, seed=0, time_scale=1.0, graph=placement)
     return reports
 
 
@@ -212,16 +214,16 @@ def _verdict(goal: dict[str, dict[str, bool]]) -> str:
                      for metric, g in goal.items())
 
 
-def write_graph_table(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
+def write_placement_table(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
     """``OUT/<table>.json`` and ``.md``, with the command, run time and versions."""
     from calf_bringup.experiment import run_versions
     result = {**result, 'markdown': markdown(result), 'command': command,
               'run_time_s': round(time.time() - started, 1), 'versions': run_versions()}
-    return write_graph_files(result, out)
+    return write_placement_files(result, out)
 
 
-def write_graph_files(result: dict[str, Any], out: Path) -> list[Path]:
-    """Write a finished graph table's JSON and Markdown."""
+def write_placement_files(result: dict[str, Any], out: Path) -> list[Path]:
+    """Write a finished placement table's JSON and Markdown."""
     json_path, md_path = out / f'{result["table"]}.json', out / f'{result["table"]}.md'
     json_path.write_text(json.dumps(result, indent=1))
     hierarchy = _hierarchy_text(result['rows'].get('Hierarchical (Distributed)'))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from calf_agent.hierarchy import GRAPHS
+from calf_agent.hierarchy import PLACEMENTS
 from calf_core.envs import parse_start_plan, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
@@ -209,7 +209,7 @@ class RunOptions:
             self._validate_impair()
             return
         _check_choice('role', self.role, ROLES, self.spell('role'))
-        _check_choice('placement', self.placement, GRAPHS, self.spell('placement'))
+        _check_choice('placement', self.placement, PLACEMENTS, self.spell('placement'))
         if self.episodes < 0:
             raise ConfigError(f'bad {self.spell("episodes", self.episodes)}: must be >= 0')
         if not self.policy_timeout >= 0:

@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 
 from calf_bringup.cli import main
-from calf_bringup.graph_tables import GRAPH_ROWS, GRAPH_TABLES, graph_rows
+from calf_bringup.placement_tables import PLACEMENT_ROWS, PLACEMENT_TABLES, placement_rows
 
 
 def test_a_task_without_sub_tasks_has_the_flat_rows_only() -> None:
-    assert graph_rows(GRAPH_TABLES['table8']) == GRAPH_ROWS
-    assert graph_rows(GRAPH_TABLES['table8_dynamic']) == {'Flat (Desktop)': 'flat_desktop', 'Flat (Edge)': 'flat_edge'}
+    assert placement_rows(PLACEMENT_TABLES['table8']) == PLACEMENT_ROWS
+    assert placement_rows(PLACEMENT_TABLES['table8_dynamic']) == {'Flat (Desktop)': 'flat_desktop',
+                                                                  'Flat (Edge)': 'flat_edge'}
 
 
 @pytest.mark.slow
-def test_table8_dynamic_runs_both_flat_graphs_in_virtual_time_and_live(tmp_path: Path) -> None:
-    """One rollout of training, two episodes per graph in virtual time and through the live node graph."""
+def test_table8_dynamic_runs_both_flat_placements_in_virtual_time_and_live(tmp_path: Path) -> None:
+    """One rollout of training, two episodes per placement in virtual time and through the live node graph."""
     out = tmp_path / 'results'
     assert main(['experiment', 'table8_dynamic', '--seeds', '1', '--episodes', '2', '--steps', '1024',
                  '--workers', '1', '--out', str(out)]) == 0
@@ -27,4 +28,4 @@ def test_table8_dynamic_runs_both_flat_graphs_in_virtual_time_and_live(tmp_path:
     desktop, edge = result['rows']['Flat (Desktop)'], result['rows']['Flat (Edge)']
     assert desktop['live']['episodes'] == edge['live']['episodes'] == 2
     assert desktop['e2e_p50_ms'] > 10 and edge['e2e_p50_ms'] == 0  # wifi_normal's link, and none at the edge
-    assert 'no hierarchical graph' in (out / 'table8_dynamic.md').read_text()
+    assert 'no hierarchical placement' in (out / 'table8_dynamic.md').read_text()
