@@ -7,9 +7,10 @@
   env: they see each observation when it is emitted, and their actions reach the env at once (the
   ``sim_clean`` link, no compute time). Desktop sub-policies share one network link, as they
   share the shim: each observation crosses the uplink once and reaches all of them; each of their
-  actions crosses the downlink after the profile's compute time. A desktop sub-policy busy
-  computing keeps only the newest observation that arrives meanwhile, as ``NetworkedEnv`` does: both
-  run on the event core of ``calf_core.events``.
+  actions crosses the downlink after the profile's compute time. Of the observations that reach
+  the desktop at one instant (a stall releasing them) the sub-policies see only the newest
+  (``calf_core.timing.keep_newest``), and one busy computing keeps only the newest that arrives
+  meanwhile, as ``NetworkedEnv`` does: both run on the event core of ``calf_core.events``.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from calf_core.events import ACTION, OBS, TICK, BusyPolicy, Event, EventQueue
 from calf_core.link import Link
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
 from calf_core.profiles import Profile, load_profile
-from calf_core.timing import EpisodeSummary, ObsRecord, Stepper, applied_facts
+from calf_core.timing import EpisodeSummary, ObsRecord, Stepper, applied_facts, keep_newest
 
 
 def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
@@ -116,6 +117,9 @@ class HierarchySim:
             self._arrive(*event.payload, event.time_ns)
             return
         name, record = event.payload
+        if event.rank == OBS:  # of the observations reaching the desktop at this instant, the newest (keep_newest)
+            arriving = [record, *(payload[1] for payload in self._queue.pop_at(event.time_ns, OBS))]
+            record = arriving[keep_newest([r.seq for r in arriving])]
         for desktop in self.desktop:
             if name in (None, desktop.name):
                 self._offer(desktop, record if event.rank == OBS else desktop.policy.waiting, event)

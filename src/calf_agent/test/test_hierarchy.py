@@ -61,6 +61,20 @@ def test_remote_sub_policy_drives_after_its_first_fresh_answer(tmp_path: Path) -
                                          'recenter': round(1 - 3 / len(samples), 4)}
 
 
+def test_remote_sub_policy_acts_on_the_newest_observation_a_stall_releases(tmp_path: Path) -> None:
+    """An uplink stall holds the observations of 100 ms and releases them at one instant: the desktop sub-policy
+    acts on the newest (keep-newest, as NetworkedEnv does), whose action is at most a tick (20 ms) plus 1 ms up,
+    1 ms compute and 1 ms down old; acting on the oldest first, as it did, answered one held 98 ms."""
+    profile = profile_from_dict({'compute_ms': 1.0, 'downlink': [{'model': 'fixed_delay', 'latency_ms': 1.0}],
+                                 'uplink': [{'model': 'fixed_delay', 'latency_ms': 1.0},
+                                            {'model': 'stall', 'mode': 'periodic', 'period_ms': 310.0,
+                                             'duration_ms': 100.0}]}, 'uplink_stall')
+    report = evaluate_hierarchy_sim(random_hierarchy(tmp_path, ALWAYS_RECENTER), profile, episodes=3, seed=0,
+                                    keep_samples=True)
+    assert report['forwarded_share']['recenter'] > 0.9 and len(report['e2e_samples_ms']) > 100
+    assert max(report['e2e_samples_ms']) <= 23.0 + 1e-6, sorted(report['e2e_samples_ms'])[-5:]
+
+
 def test_edge_sub_policy_alone_is_never_late(tmp_path: Path) -> None:
     report = evaluate_hierarchy_sim(random_hierarchy(tmp_path, ALWAYS_STABILISE), load_profile('wifi_normal'),
                                     episodes=2, seed=1, keep_samples=True)

@@ -53,6 +53,13 @@ class EventQueue:
     def pop(self) -> Event:
         return _new(Event, heappop(self.heap))
 
+    def pop_at(self, time_ns: int, rank: int) -> list[Any]:
+        """Take the events of ``rank`` due at ``time_ns`` off the head of the queue; their payloads, in order."""
+        heap, payloads = self.heap, []
+        while heap and heap[0][0] == time_ns and heap[0][1] == rank:
+            payloads.append(heappop(heap)[3])
+        return payloads
+
     def clear(self) -> None:
         self.heap.clear()
 

@@ -290,9 +290,7 @@ class NetworkedEnv(gym.Wrapper):
     def _newest_arriving(self, first: ObsRecord, time_ns: int) -> ObsRecord:
         """Of ``first`` and the other observations reaching the agent at ``time_ns`` (taken off the queue), the
         one it keeps (``keep_newest``)."""
-        heap, arriving = self._queue.heap, [first]
-        while heap and heap[0][0] == time_ns and heap[0][1] == OBS:
-            arriving.append(heappop(heap)[3])
+        arriving = [first, *self._queue.pop_at(time_ns, OBS)]
         return arriving[keep_newest([record.seq for record in arriving])]
 
     def _send_action(self, record: ObsRecord, plan: list[Any], checked: bool) -> None:
