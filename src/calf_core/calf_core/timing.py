@@ -73,7 +73,7 @@ class TaskActions(NamedTuple):
     """A task's actions made concrete for its action space: ints (Discrete) or float32 vectors (Box)."""
 
     initial: Any
-    noop: Any  # the action hold zero/noop applies; None under hold last
+    noop: Any  # zeros under hold zero, else the spec's noop_action or None (what a held tick applies: held_noop)
     start_plan: tuple[Any, ...]
 
 
