@@ -388,6 +388,23 @@ def test_a_bad_ensemble_spec_is_one_line(tmp_path: Path, pendulum_planner: Path,
     assert '\n' not in str(error.value) and 'calf train' in str(error.value)
 
 
+@pytest.mark.parametrize(('argv', 'message'), [
+    (['--ensemble', '3'], "calf train: error: --ensemble sizes the model planner's dynamics ensemble: add --planner "
+                          'model'),
+    (['--planner', 'model', '--plan-horizon', '4', '--ensemble', '65'], 'calf train: error: argument --ensemble'),
+])
+def test_bad_ensemble_options_exit_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = cli.main(['train', *argv, '--out', str(tmp_path / 'out')])
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(message), err
+    assert not (tmp_path / 'out').exists()
+
+
 @pytest.mark.slow
 def test_the_refitted_ensemble_predicts_better_than_a_one_step_single_model(tmp_path: Path,
                                                                            pendulum_base: Path) -> None:

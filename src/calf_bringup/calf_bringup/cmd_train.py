@@ -12,8 +12,9 @@ from calf_agent.dist.key import KEY_ENV, KEY_FILE, create_key, parse_key, read_k
 from calf_agent.dist.learner import MAX_WORKERS as DEFAULT_MAX_WORKERS
 from calf_agent.dist.learner import SUMMARY
 from calf_agent.dist.sync import DEFAULT_APS_DELTA, DEFAULT_LAG_CAP, parse_sync
+from calf_agent.dynamics import MAX_MEMBERS
 from calf_agent.imitation import train_student
-from calf_agent.planner import train_planner
+from calf_agent.planner import PlannerConfig, train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
@@ -59,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'the network sets the rollout lead); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
                         help='model planner: ticks before a plan can arrive (default: the network\'s p95 E2E)')
+    parser.add_argument('--ensemble', type=count(1, MAX_MEMBERS), metavar='K',
+                        help='model planner: dynamics models in the ensemble; plans follow their mean and are cut '
+                             'where they disagree (default 5)')
     parser.add_argument('--expert', type=Path, metavar='DIR',
                         help='imitation: distil this clean-link policy (a --regime baseline checkpoint of the same '
                              'env) into a delay-aware student by DAgger; the student acts on what the network '
@@ -102,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError('--sync, --learner-network, --resume and --key need --workers N')
     if args.expert is not None:
         return _train_student(args, network)
+    if args.ensemble is not None and args.planner != 'model':
+        raise ConfigError('--ensemble sizes the model planner\'s dynamics ensemble: add --planner model')
     if args.planner == 'model':
         return _train_model_planner(args, network)
     rep = _representation(args, network)
@@ -124,8 +130,9 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
         raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
                         regime='baseline', progress=not args.quiet, algo='ppo')
+    cfg = PlannerConfig() if args.ensemble is None else PlannerConfig(members=args.ensemble)
     meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,
-                         progress=not args.quiet)
+                         cfg=cfg, progress=not args.quiet)
     print(json.dumps({'out': str(args.out), 'base_mean_return': base.mean_return, 'lead': meta['planner']['lead'],
                       'dynamics': meta['planner']['dynamics']}))
     return 0
