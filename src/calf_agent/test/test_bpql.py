@@ -238,6 +238,7 @@ def random_return(network: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 3,000 updates: minutes on a loaded machine
 def test_bpql_learns_behind_a_delayed_link_and_runs_where_sac_runs(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     from calf_agent.policy_runner import PolicyRunner
@@ -259,3 +260,17 @@ def test_bpql_learns_behind_a_delayed_link_and_runs_where_sac_runs(tmp_path: Pat
     assert runner.continuous and runner.obs_size == 4
     plan = runner.on_observation(0, 0, np.zeros(4, np.float32), False)
     assert plan.shape == (1, 1) and -3.0 <= plan[0, 0] <= 3.0
+
+
+def test_each_robots_table_trains_a_bpql_row_after_augmented_sac(tmp_path: Path) -> None:
+    from calf_bringup.experiment import TrainJob, run_train
+    from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES
+    for name in TABLE_GROUPS['robots']:
+        names = [row.name for row in TABLES[name].rows]
+        row = TABLES[name].rows[names.index('Augmented SAC') + 1]
+        assert (row.name, row.network, row.algo) == ('BPQL (SAC)', 'full_net_aware', 'bpql')
+    job = TrainJob('Pendulum-v1', row, 0, 300)  # random actions only: the row's plumbing, not its learning
+    assert job.key == 'Pendulum-v1-full_net_aware-h1-bpql-300steps-seed0'
+    agent, meta = load_checkpoint(run_train(job, tmp_path))
+    assert isinstance(agent, SacActor) and (meta['algo'], meta['method'], meta['regime']) == ('bpql', 'bpql',
+                                                                                            'BPQL (SAC)')
