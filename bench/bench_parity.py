@@ -114,7 +114,16 @@ def main() -> None:
         print(f'{"first count (s)":<18}{"":>10}{statistics.median(started):>10.1f}{"":>12}   '
               f'within {STARTUP_GOAL_S:g} s: {verdict}')
     ros_return = statistics.median(r['mean_return'] for r in ros_runs)
-    print(f'{"mean return":<18}{sim["mean_return"]:>10.1f}{ros_return:>10.1f}')
+    low_sim, high_sim = confidence_interval(sim['returns'])
+    overlap = [low_sim <= high and low <= high_sim for low, high in (confidence_interval(r['returns']) for r in ros_runs)]
+    print(f'{"mean return":<18}{sim["mean_return"]:>10.1f}{ros_return:>10.1f}{"":>12}   95 % intervals overlap '
+          f'(the parity test\'s check): {"met" if all(overlap) else "NOT met"} in {sum(overlap)} of {len(overlap)}')
+
+
+def confidence_interval(returns: list[float]) -> tuple[float, float]:
+    """95 % confidence interval of the mean (normal approximation), as the parity test computes it."""
+    half = 1.96 * statistics.stdev(returns) / len(returns) ** 0.5
+    return statistics.fmean(returns) - half, statistics.fmean(returns) + half
 
 
 if __name__ == '__main__':

@@ -1,0 +1,177 @@
+"""Per-tick logs of one policy under one profile in both worlds: what each tick applied, and why.
+
+Virtual time: ``NetworkedEnv`` (its ``tick_listener``) driven by ``PolicyRunner``, the policy node's
+decisions without ROS. Live: ``calf eval --backend ros`` at time scale 1, with a listener in its domain
+on the env's observations (each carries the obs_seq and element of the action applied at its tick), the
+observations reaching the policy, and the actions it sends. Printed per world: returns, the share of
+ticks held and the runs they come in (a stall's footprint: 100 ms held 5 ticks of 20 ms, or 4), the age of the
+applied action (tick - the obs_seq it answered), decisions per tick; live, the env's start-to-start tick period
+and the observations that reached the policy less than ``--burst-ms`` apart (a burst) with those it answered.
+
+    python bench/diagnose_parity.py --policy DIR --network wifi_normal [--episodes 20] [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from calf_agent.checkpoint import load_checkpoint
+from calf_agent.policy_runner import PolicyRunner
+from calf_core.envs import make_networked_env
+from calf_core.profiles import load_profile
+from calf_core.timing import applied_facts
+
+
+def sim_log(policy: Path, network: str, episodes: int, seed: int) -> dict:
+    """Ticks ``(episode, tick, applied_obs_seq, applied_index)``, decisions ``(episode, obs_seq)`` and returns."""
+    _, meta = load_checkpoint(policy)
+    env = make_networked_env(meta['env'], load_profile(network), seed=seed, plan_horizon=int(meta.get('plan_horizon', 1)))
+    runner = PolicyRunner.from_checkpoint(policy)
+    ticks: list[tuple[int, int, int, int]] = []
+    decisions: list[tuple[int, int]] = []
+    env.tick_listener = lambda r: ticks.append((r.episode, r.seq, *applied_facts(r)))
+    returns = []
+    for index in range(episodes):
+        obs, info = env.reset(seed=seed + index)
+        episode, total, done = env.stepper.episode, 0.0, False
+        while not done:
+            plan = runner.on_observation(episode, info['obs_seq'], obs, False, 0, info['applied_obs_seq'],
+                                         info['applied_index'])
+            decisions.append((episode, info['obs_seq']))
+            obs, reward, terminated, truncated, info = env.step(plan if len(plan) > 1 else plan[0])
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return {'ticks': ticks, 'decisions': decisions, 'returns': returns, 'arrivals': []}
+
+
+def live_log(policy: Path, network: str, episodes: int, seed: int, domain: int) -> dict:
+    """The same logs from the live graph, read off its topics (``arrivals``: (episode, seq, receive ns) at the
+    policy's input); ``returns`` from ``calf eval``'s report."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from calf_msgs.msg import Action, Observation
+
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = rclpy.create_node('diagnose_parity', context=context)
+    qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT)
+    log: dict = {'ticks': [], 'decisions': [], 'arrivals': []}
+    log['stamps'] = []
+    node.create_subscription(Observation, '/calf/edge/observation', lambda m: (log['ticks'].append(
+        (m.episode, m.seq, m.applied_obs_seq, m.applied_index)), log['stamps'].append(
+        m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)), qos)
+    node.create_subscription(Observation, '/calf/desktop/observation', lambda m: log['arrivals'].append(
+        (m.episode, m.seq, time.monotonic_ns())), qos)
+    node.create_subscription(Action, '/calf/desktop/action', lambda m: log['decisions'].append(
+        (m.episode, m.obs_seq)), qos)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    argv = [sys.executable, '-m', 'calf_bringup.cli', 'eval', '--policy', str(policy), '--network', network,
+            '--backend', 'ros', '--episodes', str(episodes), '--seed', str(seed), '--time-scale', '1', '--json',
+            '--domain-id', str(domain)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=os.environ)
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    if done.returncode:
+        sys.exit(f'calf eval --backend ros failed: {done.stderr[-2000:]}')
+    log['returns'] = json.loads(done.stdout)['returns']
+    log['stderr'] = done.stderr
+    return log
+
+
+def summary(name: str, log: dict, burst_ms: float) -> None:
+    """Print what one world's ticks applied, over the episodes in which some action was applied (the first of
+    those dropped: in the live graph it may be a warm-up one)."""
+    driven = sorted({e for e, _, seq, _ in log['ticks'] if seq >= 0})
+    counted = set(driven[1:]) if name == 'live' else set(driven)
+    ticks = [t for t in log['ticks'] if t[0] in counted and t[1] > 0]
+    held = sum(index < 0 for *_, index in ticks)
+    ages = Counter(tick - seq for _, tick, seq, index in ticks if index >= 0)
+    decisions = [d for d in log['decisions'] if d[0] in counted]
+    print(f'{name}: returns mean {np.mean(log["returns"]):.1f} (sd {np.std(log["returns"]):.1f}, '
+          f'n {len(log["returns"])}), ticks {len(ticks)}, held {held / max(len(ticks), 1):.1%}, '
+          f'decisions per tick {len(decisions) / max(len(ticks), 1):.3f}')
+    print('  returns, sorted: ' + ' '.join(f'{r:g}' for r in sorted(log['returns'])))
+    total = sum(ages.values()) or 1
+    runs, gaps, run, gap = Counter(), Counter(), 0, 0
+    for _, tick, _, index in ticks:
+        if index < 0 and tick > 1:
+            if run == 0 and gap:
+                gaps[gap] += 1
+            run, gap = run + 1, 0
+        else:
+            if run:
+                runs[run] += 1
+            run, gap = 0, gap + 1
+    print(f'  runs of held ticks (length: count): {dict(sorted(runs.items()))}; ticks between runs: '
+          f'{dict(sorted(gaps.items()))}')
+    print('  age of the applied action (ticks: share): ' +
+          ', '.join(f'{age}: {n / total:.1%}' for age, n in sorted(ages.items())[:8]))
+    if log.get('stamps'):
+        periods = np.diff(np.asarray(log['stamps'], dtype=np.int64)) / 1e6
+        missed = re.findall(r'(\d+) of (\d+) tick deadlines missed', log['stderr'])
+        print(f'  tick start-to-start (ms): p50 {np.median(periods):.2f}, p99 {np.percentile(periods, 99):.2f}, '
+              f'max {periods.max():.2f}; env node: {missed[-1][0] if missed else "?"} of '
+              f'{missed[-1][1] if missed else "?"} deadlines missed')
+    if log['arrivals']:
+        answered = defaultdict(set)
+        for episode, seq in log['decisions']:
+            answered[episode].add(seq)
+        arrivals = sorted((a for a in log['arrivals'] if a[0] in counted), key=lambda a: a[2])
+        bursts, burst = [], [arrivals[0]] if arrivals else []
+        for previous, current in zip(arrivals, arrivals[1:]):
+            if current[2] - previous[2] < burst_ms * 1e6 and current[0] == previous[0]:
+                burst.append(current)
+            else:
+                if len(burst) > 1:
+                    bursts.append(burst)
+                burst = [current]
+        took = Counter()
+        for burst in bursts:
+            hit = tuple(i for i, (episode, seq, _) in enumerate(burst) if seq in answered[episode])
+            took['oldest' if hit == (0,) else 'newest' if hit == (len(burst) - 1,) else
+                 'oldest and newest' if hit == (0, len(burst) - 1) else str(hit)] += 1
+        gaps = [(b[-1][2] - b[0][2]) / 1e6 for b in bursts]
+        print(f'  bursts at the policy (arrivals < {burst_ms:g} ms apart): {len(bursts)}, sizes '
+              f'{dict(Counter(len(b) for b in bursts))}, spread p50 {np.median(gaps) if gaps else 0:.2f} ms; '
+              f'answered: {dict(took)}')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--policy', type=Path, required=True)
+    parser.add_argument('--network', default='wifi_normal')
+    parser.add_argument('--episodes', type=int, default=20)
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--burst-ms', type=float, default=1.0)
+    parser.add_argument('--world', choices=('both', 'sim', 'live'), default='both')
+    args = parser.parse_args()
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    domain = int(os.environ.get('ROS_DOMAIN_ID', 1 + os.getpid() % 100))
+    if args.world in ('both', 'sim'):
+        summary('sim', sim_log(args.policy, args.network, args.episodes, args.seed), args.burst_ms)
+    if args.world in ('both', 'live'):
+        summary('live', live_log(args.policy, args.network, args.episodes, args.seed, domain), args.burst_ms)
+
+
+if __name__ == '__main__':
+    main()
