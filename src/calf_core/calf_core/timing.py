@@ -153,8 +153,8 @@ def element_for_tick(tick: Any, plan_seq: Any, plan_len: int, first_use: Any, st
     env (:mod:`calf_core.vector_networked`) both call it.
     """
     k = tick - plan_seq  # the plan's element k - 1 is due
-    k = k - (first_use & (k > plan_len)) * (k - plan_len)  # a late plan: its last element
-    element = k * ((plan_seq >= 0) & (k <= plan_len)) - 1
+    late = k > plan_len  # runs on a first use only (``late <= first_use``), and then its last element
+    element = (k - late * (k - plan_len)) * ((plan_seq >= 0) & (late <= first_use)) - 1
     if start_len:
         element = element + (plan_seq < 0) * ((tick - 1) % start_len + 1)
     return element

@@ -487,10 +487,10 @@ class VectorNetworkedEnv(VectorEnv):
         runs = index >= 0  # an element of the plan (or before the first plan, of the start plan) runs
         self._first_use[idx[runs]] = False  # a new plan sets it again
         action = self._last_action[idx]
-        if cycle:
-            starts = runs & (plan_seq < 0)
+        if cycle:  # every env without a plan yet runs its start plan
+            starts = plan_seq < 0
             action[starts] = self._start_plan[index[starts]]
-            runs &= plan_seq >= 0
+            runs &= ~starts
         action[runs] = self._plan[idx[runs], index[runs]]
         self._last_action[idx] = action
         if self._noop is not None:  # hold zero or noop: a held tick applies the no-op, and the last action stays
