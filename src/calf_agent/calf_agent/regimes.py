@@ -152,7 +152,8 @@ def _numpy_cartpole(spec: TaskSpec) -> bool:
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
                  regime: str | None = None, rep: Representation | None = None, plan_horizon: int = 1,
                  progress: bool = True, mask_unexecuted: bool = True, plan_head: str = 'independent',
-                 num_envs: int | None = None, algo: str | None = None) -> TrainResult:
+                 num_envs: int | None = None, algo: str | None = None, smoothness: float | None = None
+                 ) -> TrainResult:
     """Train ``env`` behind ``network`` with ``algo`` (default: the spec's, else PPO) into ``out_dir``.
 
     Continuous-action envs train a Gaussian policy with ``continuous_defaults()`` under PPO, a SAC actor with
@@ -162,7 +163,8 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
 
     Plan policies (``plan_horizon > 1``) learn only from executed plan elements unless
     ``mask_unexecuted`` is False; an MLP plan actor is ``plan_head`` ('time': π(a | obs, j),
-    'independent': one head per element; the LSTM agent always has independent heads).
+    'independent': one head per element; the LSTM agent always has independent heads). ``smoothness``
+    (SAC and BPQL): the weight of CAPS's temporal smoothness term in the actor's loss.
     """
     if steps is not None and steps <= 0:
         raise ConfigError(f'--steps must be > 0, got {steps}')
@@ -173,14 +175,19 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     if base.algo in SAC_ALGOS and plan_horizon > 1:
         raise ConfigError(f'{base.algo.upper()} trains single actions: drop --plan-horizon, or train plans with '
                           '--algo ppo')
+    if smoothness is not None and base.algo not in SAC_ALGOS:
+        raise ConfigError(f'--smoothness shapes SAC and BPQL actors: add --algo sac, or drop it for {base.algo}')
     rep = rep or default_representation(env, profile)
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name,
             'representation': rep.as_dict(), 'plan_horizon': plan_horizon}
+    if smoothness is not None:
+        meta['smoothness'] = smoothness
     try:
         cfg = replace(base, seed=seed, total_steps=steps or base.total_steps, meta=meta,
                       num_envs=num_envs or base.num_envs,
                       mask_unexecuted=mask_unexecuted and plan_horizon > 1,
-                      plan_head=plan_head if plan_horizon > 1 and base.agent == 'mlp' else 'independent')
+                      plan_head=plan_head if plan_horizon > 1 and base.agent == 'mlp' else 'independent',
+                      sac=base.sac if smoothness is None else replace(base.sac, smoothness=smoothness))
     except ValueError as err:
         raise ConfigError(f'bad training settings: {err}') from None
     if cfg.algo == 'bpql':

@@ -41,11 +41,14 @@ class SacConfig:
     init_alpha: float = 1.0  # initial entropy coefficient
     autotune: bool = True  # learn alpha towards ``target_entropy``; False keeps ``init_alpha``
     target_entropy: float | None = None  # None: -(action values)
+    smoothness: float = 0.0  # CAPS's temporal term: weight of |mean(x) - mean(x')| (next decision) in the actor's loss
 
     def __post_init__(self) -> None:
         if not (self.learning_rate > 0 and 0 < self.gamma <= 1 and 0 < self.tau <= 1 and self.init_alpha > 0):
             raise ValueError(f'sac needs learning_rate > 0, 0 < gamma <= 1, 0 < tau <= 1 and init_alpha > 0, got '
                              f'{self.learning_rate}, {self.gamma}, {self.tau}, {self.init_alpha}')
+        if not 0 <= self.smoothness <= 100:
+            raise ValueError(f'sac needs smoothness in [0, 100], got {self.smoothness}')
         if min(self.batch_size, self.buffer_size) < 1 or self.learning_starts < 0:
             raise ValueError(f'sac needs batch_size, buffer_size >= 1 and learning_starts >= 0, got '
                              f'{self.batch_size}, {self.buffer_size}, {self.learning_starts}')
@@ -227,6 +230,9 @@ class SacLearner:
         for param in self._critic_params:  # the actor's loss moves the actor only
             param.requires_grad_(False)
         actor_loss = (alpha * logp_pi - self.critic(states, pi).min(0).values).mean()
+        if cfg.smoothness > 0:  # CAPS (Mysore et al., 2021): the mean action changes little from one decision to the next
+            step = self.actor.unit_mean(obs) - self.actor.unit_mean(next_obs)
+            actor_loss = actor_loss + cfg.smoothness * step.norm(dim=-1).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

@@ -104,6 +104,26 @@ def make_pendulum(num_envs: int) -> gym.vector.VectorEnv:
                         vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP})
 
 
+def test_the_smoothness_term_makes_the_mean_action_change_less_between_decisions() -> None:
+    g = torch.Generator().manual_seed(3)
+    obs, next_obs = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g)
+    actions, rewards = torch.rand(256, 2, generator=g) * 2 - 1, torch.randn(256, generator=g)
+    change, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)  # small nets: one thread, or a loaded machine makes each update 20x slower
+    for smoothness in (0.0, 5.0):
+        actor = make_actor()
+        learner = SacLearner(actor, SacConfig(smoothness=smoothness))
+        torch.manual_seed(0)
+        for _ in range(60):
+            learner.update(obs, actions, rewards, next_obs, torch.zeros(256))
+        with torch.no_grad():
+            change[smoothness] = (actor.unit_mean(obs) - actor.unit_mean(next_obs)).norm(dim=-1).mean().item()
+    torch.set_num_threads(threads)
+    assert change[5.0] < 0.7 * change[0.0]
+    with pytest.raises(ValueError, match='smoothness in'):
+        SacConfig(smoothness=float('nan'))
+
+
 def test_sac_trains_on_a_vector_env_and_saves_the_actor_with_its_statistics(tmp_path: Path) -> None:
     cfg = dataclasses.replace(sac_defaults(), total_steps=600, num_envs=2, hidden=(32, 32), meta={'env': 'Pendulum-v1'},
                               sac=SacConfig(learning_starts=300, batch_size=64))

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help='ppo, or sac for continuous (Box) actions: off-policy, a replay buffer, one env by '
                              'default; or bpql: sac whose critic learns on the true, undelayed state while the '
                              'actor acts on what the network delivers (default: the env spec\'s algo, else ppo)')
+    parser.add_argument('--smoothness', type=float, metavar='LAMBDA',
+                        help='sac, bpql: weight of a smoothness term (CAPS) in the actor\'s loss, the change of the '
+                             'mean action from one decision to the next; smooth actors suit motors and survive a '
+                             'late action better (default 0, e.g. 0.5)')
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')
     parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole; SAC: 1, one update per env step); CartPole uses the '
                                                  'numpy fast path from 32 when the network allows it')
@@ -113,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     rep = _representation(args, network)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs,
-                          algo=args.algo)
+                          algo=args.algo, smoothness=args.smoothness)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
     return 0
