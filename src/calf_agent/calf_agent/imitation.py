@@ -357,6 +357,12 @@ def _fit(student: GaussianAgent, optimizer: torch.optim.Optimizer, labels: Label
 
 
 
+def first_element(d: int, plan_horizon: int) -> int:
+    """The plan element that runs first behind a round trip of ``d`` ticks, rounded up: a plan answering tick
+    s's observation arrives after tick s + d - 1, so its element d - 1 runs at tick s + d."""
+    return min(max(d - 1, 0), plan_horizon - 1)
+
+
 def train_student(expert_dir: Path | str, env: str, network: str, seed: int, out_dir: Path,
                   steps: int | None = None, plan_horizon: int = 1, rep: Representation | None = None,
                   regime: str | None = None, num_envs: int | None = None, progress: bool = True) -> TrainResult:
@@ -372,6 +378,6 @@ def train_student(expert_dir: Path | str, env: str, network: str, seed: int, out
         raise ConfigError(f'bad imitation settings: {err}') from None
     meta = {'env': env, 'regime': regime or 'custom', 'network': profile.name, 'method': 'dagger', 'seed': seed}
     if rep is None:  # a plan's history keeps the element expected to run behind the link's typical delay
-        d, _ = delay_ticks(profile, env_spec(env).dt)
-        rep = replace(default_representation(env, profile), history_element=min(d, plan_horizon - 1))
+        rep = replace(default_representation(env, profile),
+                      history_element=first_element(delay_ticks(profile, env_spec(env).dt)[0], plan_horizon))
     return distil(expert_dir, env, profile, rep, plan_horizon, cfg, out_dir, meta, progress)

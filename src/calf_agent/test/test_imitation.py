@@ -12,8 +12,8 @@ import pytest
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.imitation import Expert, PlanRoller, StudentRollout, sim_state, train_student
-from calf_agent.regimes import train_policy
+from calf_agent.imitation import Expert, PlanRoller, StudentRollout, first_element, sim_state, train_student
+from calf_agent.regimes import delay_ticks, train_policy
 from calf_agent.representation import HistoryFeatures, Representation
 from calf_core.envs import make_env, make_networked_env
 from calf_core.errors import ConfigError
@@ -100,6 +100,15 @@ def test_whole_plans_are_labelled_from_their_first_applied_element_on() -> None:
         rolled = dict(zip(decision.elements, decision.states))
         for element, state in ran.items():
             np.testing.assert_allclose(rolled[element], state, atol=1e-4)
+
+
+@pytest.mark.parametrize('network, expected', [('results/profiles/constant_2_ticks_50ms.yaml', 2),
+                                               ('results/profiles/constant_5_ticks_50ms.yaml', 5),
+                                               ('wifi_normal', 0), ('sim_clean', 0)])
+def test_the_history_keeps_the_element_that_runs_first_behind_the_typical_delay(network: str, expected: int) -> None:
+    d, _ = delay_ticks(load_profile(network), 0.05)
+    assert first_element(d, 8) == expected  # constant k ticks: the element answering tick t runs at t + 1 + k
+    assert first_element(d, 2) == min(expected, 1)
 
 
 def save_policy(out: Path, env: str, rep: Representation) -> Path:
