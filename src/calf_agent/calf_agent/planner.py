@@ -194,7 +194,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
         loss = fit(model, Transitions.concat(parts), fit_cfg, seed + round_index, progress, optimizer)
         history.append({'source': 'base' if round_index == 0 else f'planner behind {network}',
                         'transitions': len(parts[-1]), 'train_loss': loss})
-    held_out = collect_transitions(env, base, 200 * plan_horizon * 2, seed + 1 + rounds)
+    held_out = collect_transitions(env, base, 200 * plan_horizon * 2, seed + 1)  # round 0 ran seed
     errors, spread = open_loop(model, held_out, plan_horizon)
     cut = None if cfg.cut_quantile is None else float(np.quantile(spread, cfg.cut_quantile))
     agent.disagreement_cut = cut if cut is not None and cut > 0 else None
