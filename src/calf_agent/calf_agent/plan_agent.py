@@ -1,8 +1,8 @@
 """Model-based action plans: a learned model rolls the delivered observation forward, tick by tick.
 
 ``PlanningAgent`` answers observation k with a plan for ticks k+1 ... k+H. It predicts the state
-before each of those ticks with a learned dynamics model and applies its base policy (PPO trained
-on the bare env) to each prediction. The rollout is arrival-aware: the plan cannot arrive before
+before each of those ticks with a learned dynamics model (an ensemble: the mean of its members'
+rollouts) and applies its base policy (PPO trained on the bare env) to each prediction. The rollout is arrival-aware: the plan cannot arrive before
 the env has run ``lead`` more ticks, and on those ticks the env runs the newest plan sent earlier
 (before any plan has arrived: its start plan, or the action it holds). The rollout uses those actions
 there and copies them into the new plan. A plan that arrives early therefore changes nothing, and one

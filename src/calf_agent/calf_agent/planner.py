@@ -1,6 +1,9 @@
-"""Training a model planner (``calf train --planner model``): a dynamics model fitted beside a PPO base policy.
+"""Training a model planner (``calf train --planner model``): an ensemble dynamics model fitted beside a PPO base
+policy, on data from the base policy and then from the planner itself behind the training network (DAgger-style
+refit rounds).
 
-The planning agent itself, and how it rolls the delivered observation forward, is in ``calf_agent.plan_agent``.
+The planning agent itself, and how it rolls the delivered observation forward, is in ``calf_agent.plan_agent``;
+the model and its multi-step training in ``calf_agent.dynamics``.
 """
 from __future__ import annotations
 
