@@ -39,7 +39,7 @@ def main() -> None:
     ppo, rng = cartpole_defaults().ppo, np.random.default_rng(0)
     weights = snapshot(agent, 1, 1, 'w0', CONFIG)
     rows = {'collect one batch (256 env steps)': median_ms(lambda: worker.collect(32)),
-            'learner update on it (20 epochs)': median_ms(lambda: update_on_batch(agent, optimizer, batch, 0, ppo,
+            'learner update on it (20 epochs)': median_ms(lambda: update_on_batch(agent, optimizer, batch, ppo,
                                                                                 LagConfig(), rng)),
             'encode + decode the batch': median_ms(lambda: Opener(key).decode(Sealer(key, 'w0').encode(batch), 'w0')),
             'encode + decode the weights': median_ms(lambda: Opener(key).decode(Sealer(key, 'l').encode(weights), 'l'))}

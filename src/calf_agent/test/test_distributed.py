@@ -179,12 +179,26 @@ def _random_rollout(seed: int = 0, steps: int = 12, envs: int = 3):
     return rewards, values, dones, torch.rand(envs, generator=g), torch.zeros(envs)
 
 
-def test_vtrace_on_policy_is_gae_with_lambda_one():
+@pytest.mark.parametrize('gae_lambda', [1.0, 0.95])
+def test_vtrace_on_policy_is_gae(gae_lambda):
     rewards, values, dones, next_value, next_done = _random_rollout()
     logp = torch.full_like(rewards, -0.7)
-    vs, adv = vtrace(logp, logp, rewards, values, dones, next_value, next_done, 0.9)
-    gae_adv, gae_ret = compute_gae(rewards, values, dones, next_value, next_done, 0.9, 1.0)
+    vs, adv = vtrace(logp, logp, rewards, values, dones, next_value, next_done, 0.9, gae_lambda)
+    gae_adv, gae_ret = compute_gae(rewards, values, dones, next_value, next_done, 0.9, gae_lambda)
     assert torch.allclose(vs, gae_ret, atol=1e-5) and torch.allclose(adv, gae_adv, atol=1e-5)
+
+
+@pytest.mark.parametrize('gae_lambda, vs, adv', [(1.0, [1.25, 0.5, 0.0], [0.75, -0.5, 1.0]),
+                                                 (0.5, [1.375, 0.5, 0.0], [0.875, -0.5, 1.0])])
+def test_vtrace_matches_a_hand_computed_example(gae_lambda, vs, adv):
+    """Three steps, γ = 0.5, an episode ending after step 1, π/μ = 2, 0.5, 0.25 (ρ = c/λ = 1, 0.5, 0.25):
+    ρδ = 1, -0.5, 1; vs - V = ρδ_t + γ c_t (vs - V)_{t+1}; advantages ρ_t (r_t + γ (V + λ (vs - V))_{t+1} - V_t)."""
+    col = lambda *xs: torch.tensor(xs, dtype=torch.float32).view(-1, 1)  # noqa: E731
+    behaviour = col(-1.0, -1.0, -1.0)
+    target = behaviour + col(np.log(2.0), np.log(0.5), np.log(0.25))
+    got = vtrace(behaviour, target, col(1.0, 0.0, 2.0), col(0.5, 1.0, -1.0), col(0.0, 0.0, 1.0),
+                 torch.tensor([2.0]), torch.tensor([0.0]), 0.5, gae_lambda)
+    assert torch.allclose(got[0], col(*vs), atol=1e-6) and torch.allclose(got[1], col(*adv), atol=1e-6)
 
 
 def test_vtrace_truncates_importance_weights():
@@ -197,17 +211,24 @@ def test_vtrace_truncates_importance_weights():
     assert not torch.allclose(down[1], on_policy[1])
 
 
-def test_stale_batches_switch_to_vtrace():
-    batch = _round_trip(_worker().collect(16))
-    agent = MlpAgent(4, 2)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+def test_updates_weigh_a_stale_batch_by_its_importance_weights():
+    """A batch of the learner's own policy has ρ = 1; one of another policy ρ < 1, and still moves it."""
+    worker = _worker()
+    batch = _round_trip(worker.collect(16))
     ppo = PPOConfig(update_epochs=2, num_minibatches=2)
     rng = np.random.default_rng(0)
-    assert update_on_batch(agent, optimizer, batch, 0, ppo, LagConfig(vtrace_lag=2), rng)['vtrace'] == 0.0
-    before = [p.clone() for p in agent.parameters()]
-    stats = update_on_batch(agent, optimizer, batch, 5, ppo, LagConfig(vtrace_lag=2), rng)
-    assert stats['vtrace'] == 1.0 and np.isfinite(stats['policy_loss'])
-    assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters()))
+    own = MlpAgent(4, 2)
+    own.load_state_dict(worker.agent.state_dict())
+    stats = update_on_batch(own, torch.optim.Adam(own.parameters(), lr=1e-3), batch, ppo, LagConfig(), rng)
+    assert stats['rho_mean'] == pytest.approx(1.0, abs=1e-5)
+    other = MlpAgent(4, 2)
+    with torch.no_grad():  # a policy far from the worker's
+        for p in other.parameters():
+            p.add_(torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
+    before = [p.clone() for p in other.parameters()]
+    stats = update_on_batch(other, torch.optim.Adam(other.parameters(), lr=1e-3), batch, ppo, LagConfig(), rng)
+    assert stats['rho_mean'] < 0.99 and np.isfinite(stats['policy_loss'])
+    assert any(not torch.equal(a, b) for a, b in zip(before, other.parameters()))
 
 
 def _learner(tmp_path: Path, sync: str, **kw) -> Learner:
@@ -305,3 +326,24 @@ def test_a_newer_batch_of_a_worker_replaces_its_waiting_one(tmp_path):
             learner.receive(chunk, 0.0)
     assert [b.seq for b in learner.queue] == [4] and learner.superseded == 2
     assert learner.summary()['batches_superseded'] == {'messages': 2, 'env_steps': 64}
+
+
+@pytest.mark.slow
+def test_a_learner_with_lagged_workers_still_learns_cartpole(tmp_path):
+    """4 workers that get weights every 8th version only (lags of 0 to 7 versions): V-trace on every batch
+    still brings the 20-episode return past 150 within 60,000 env steps (CartPole's own PPO settings)."""
+    cfg = LearnerConfig(tmp_path, {**ENV_CONFIG, 'num_steps': 32}, parse_sync('period:8'), total_steps=60_000,
+                        train=cartpole_defaults(), eval_every=10**9, key=KEY)
+    learner = Learner(cfg, log=lambda line: None, clock=lambda: 0.0)
+    workers = [RolloutWorker(f'w{i}', 'cartpole', KEY, 8, seed=i) for i in range(4)]
+    best = 0.0
+    _exchange(learner, workers, rounds=1)
+    while learner.env_steps < cfg.total_steps and best < 150:
+        for worker in workers:
+            for chunk in worker.next_batch(32):
+                learner.receive(chunk, 0.0)
+        while learner.queue:
+            _deliver(learner, workers)
+        best = max(best, float(np.mean(learner.returns[-20:])))
+    assert max(learner.lags) >= 7 and sum(n for lag, n in learner.lags.items() if lag >= 4) >= learner.updates / 3
+    assert best >= 150, f'best 20-episode return {best:.1f} after {learner.env_steps} env steps'

@@ -8,7 +8,7 @@ if its worker was admitted and it fits the run: its steps, observation width, ac
 and finite values within ``MAX_ABS_VALUE``. Every refusal is one log line and one counter per reason.
 
 The policy is the one ``calf train`` would train on the task (``TrainConfig``: MLP, LSTM or Gaussian,
-single actions or plans). Each ``step`` runs one lag-corrected PPO update on the oldest waiting
+single actions or plans). Each ``step`` runs one PPO update, lag-corrected by V-trace (``ppo``), on the oldest waiting
 batch, then asks the sync policy which workers get the new weights: a delta of the changed tensors in
 reduced precision against the state the worker holds, or a snapshot when that state is unknown or the
 reduced policy strays from the full one by more than ``kl_bound`` on the last batch (``delta``).
@@ -75,7 +75,7 @@ from calf_core import atomic, progress
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
 
-PROGRESS_FIELDS = ('update', 'version', 'env_steps', 'worker', 'lag', 'vtrace', 'episodes', 'episodic_return',
+PROGRESS_FIELDS = ('update', 'version', 'env_steps', 'worker', 'lag', 'rho_mean', 'episodes', 'episodic_return',
                    'policy_loss', 'value_loss', 'approx_kl', 'clipfrac', 'learning_rate', 'weights_sent', 'time_s')
 SUMMARY = 'distributed.json'
 WORKER_ID = re.compile(r'^[A-Za-z_][A-Za-z0-9_]{0,63}$')
@@ -352,7 +352,7 @@ class Learner:
         ppo = self.cfg.train.ppo
         lr = ppo.learning_rate * (max(0.0, 1 - self.env_steps / self.cfg.total_steps) if ppo.anneal_lr else 1.0)
         self.optimizer.param_groups[0]['lr'] = max(lr, 1e-6)
-        stats = update_on_batch(self.agent, self.optimizer, batch, effective_lag, ppo, self.cfg.lag, self.rng)
+        stats = update_on_batch(self.agent, self.optimizer, batch, ppo, self.cfg.lag, self.rng)
         self.last_batch = batch
         self.version += 1
         self.updates += 1
@@ -363,7 +363,7 @@ class Learner:
         window = self.returns[-20:]
         self._progress_log.writerow({
             'update': self.updates, 'version': self.version, 'env_steps': self.env_steps, 'worker': batch.worker_id,
-            'lag': lag if lag is not None else '', 'vtrace': int(stats['vtrace']), 'episodes': len(self.returns),
+            'lag': lag if lag is not None else '', 'rho_mean': round(stats['rho_mean'], 4), 'episodes': len(self.returns),
             'episodic_return': float(np.mean(window)) if window else math.nan,
             **{k: stats[k] for k in ('policy_loss', 'value_loss', 'approx_kl', 'clipfrac')},
             'learning_rate': lr, 'weights_sent': self.sent.messages, 'time_s': self.clock() - self._start})

@@ -22,7 +22,6 @@ from calf_agent.dist.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg
 from calf_agent.dist.delta import DEFAULT_PRECISION, PRECISIONS
 from calf_agent.dist.key import KEY_ENV, load_key
 from calf_agent.dist.learner import MAX_WORKERS, Learner, LearnerConfig
-from calf_agent.dist.ppo import LagConfig
 from calf_agent.dist.sync import DEFAULT_LAG_CAP, parse_sync
 from calf_agent.regimes import default_representation, train_defaults
 from calf_agent.representation import Representation
@@ -48,7 +47,6 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'seed': (0, 'seed of the learner\'s torch and of the evaluations'),
     'sync': ('every', 'every, period:K or aps:DELTA'),
     'lag_cap': (DEFAULT_LAG_CAP, 'a worker lagging more versions than this gets weights under any sync'),
-    'vtrace_lag': (LagConfig.vtrace_lag, 'above this version lag a batch is corrected with V-trace'),
     'num_steps': (0, 'steps per env in one worker batch; 0: the task\'s calf train rollout length'),
     'eval_every': (10_000, 'env steps between checkpoint + deterministic evaluation'),
     'eval_episodes': (10, 'episodes per evaluation'),
@@ -90,7 +88,7 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
     env_config = {'env': p['env'], 'network': p['network'], 'regime': p['regime'], 'representation': rep.as_dict(),
                   'plan_horizon': plan, 'num_steps': num_steps}
     return LearnerConfig(Path(p['out']), env_config, parse_sync(p['sync'], p['lag_cap']), p['steps'], p['seed'],
-                         train=train, lag=replace(LagConfig(), vtrace_lag=p['vtrace_lag']),
+                         train=train,
                          eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
                          stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'],
                          key=load_key(p['key_file']), max_workers=p['max_workers'], precision=p['precision'],

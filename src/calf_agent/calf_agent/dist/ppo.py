@@ -1,13 +1,16 @@
-"""PPO on a worker's batch collected by an older policy: the lag is corrected, not ignored.
+"""PPO on a worker's batch collected by an older policy: V-trace corrects the lag, at every lag.
 
-With a version lag up to ``vtrace_lag``, PPO's ratio is taken against the behaviour policy's
-logged log-probabilities μ (the batch's ``logprobs``), with GAE advantages: at lag 0 this is plain
-PPO. Beyond it, V-trace (Espeholt et al., 2018) computes value targets and advantages with
-truncated importance weights ρ = min(ρ̄, π₀/μ) and c = min(c̄, π₀/μ) against π₀, the learner's
-policy at the start of the update, and the clipped ratio is taken against π₀: a stale batch then
-still moves the policy, by at most the clip range, instead of being clipped away entirely.
-The epochs and minibatches are the single-process trainer's (``ppo.RolloutBuffer``, ``ppo.ppo_loss``):
-whole env sequences for an LSTM, the loss on executed plan elements only.
+The batch logs μ, the behaviour policy's log-probability of each action taken. Against π₀, the
+learner's policy at the start of the update, V-trace (Espeholt et al., 2018, IMPALA) weighs each step
+with the truncated importance weights ρ_t = min(ρ̄, π₀/μ) and c_t = λ min(c̄, π₀/μ) (ρ̄ = c̄ = 1) and gives
+the value targets ``vs``; the advantage of step t is ρ_t (r_t + γ ((1 - λ) V(x_{t+1}) + λ vs_{t+1}) - V(x_t)),
+IMPALA's policy-gradient advantage (λ = 1) generalised to GAE's λ. PPO's clipped ratio is then taken
+against π₀ (the ratio π₀/μ is in ρ_t), as decoupled PPO does: a stale batch still moves the policy by at
+most the clip range instead of being clipped away. When π₀ = μ (a batch of the learner's own version)
+the targets and advantages are exactly GAE(λ)'s, so a fresh batch is trained as single-process PPO trains
+it. One rule for every lag, with no threshold to tune. The epochs and minibatches are the single-process trainer's
+(``ppo.RolloutBuffer``, ``ppo.ppo_loss``): whole env sequences from the batch's stored state for an
+LSTM, the loss on executed plan elements only.
 """
 from __future__ import annotations
 
@@ -21,46 +24,45 @@ from calf_agent.dist.policy import PpoAgent, normalised, params, score
 from calf_agent.dist.wire import TrajectoryBatch
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent
-from calf_agent.ppo import PPOConfig, RolloutBuffer, compute_gae, ppo_loss
+from calf_agent.ppo import PPOConfig, RolloutBuffer, ppo_loss
 
 
 @dataclass(frozen=True)
 class LagConfig:
-    """How stale batches are corrected."""
+    """V-trace's truncation levels of the importance weights."""
 
-    vtrace_lag: int = 2  # above this lag, V-trace targets and a ratio against the learner's own policy
     rho_bar: float = 1.0
     c_bar: float = 1.0
 
 
 def vtrace(behaviour_logp: Tensor, target_logp: Tensor, rewards: Tensor, values: Tensor, dones: Tensor,
-           next_value: Tensor, next_done: Tensor, gamma: float, rho_bar: float = 1.0, c_bar: float = 1.0
-           ) -> tuple[Tensor, Tensor]:
-    """V-trace value targets ``vs`` and policy-gradient advantages ``ρ_t (r_t + γ v_{t+1} - V(x_t))``, ``[T, N]``.
+           next_value: Tensor, next_done: Tensor, gamma: float, gae_lambda: float = 1.0, rho_bar: float = 1.0,
+           c_bar: float = 1.0) -> tuple[Tensor, Tensor]:
+    """V-trace value targets ``vs`` and advantages ``ρ_t (r_t + γ ((1 - λ) V_{t+1} + λ vs_{t+1}) - V_t)``, ``[T, N]``.
 
-    ``dones`` follows ``compute_gae``: ``dones[t]`` is 1 where ``obs[t]`` starts an episode.
+    ``dones`` follows ``compute_gae``: ``dones[t]`` is 1 where ``obs[t]`` starts an episode. With equal
+    log-probabilities both are ``compute_gae``'s returns and advantages.
     """
     ratio = (target_logp - behaviour_logp).exp()
-    rho, c = ratio.clamp(max=rho_bar), ratio.clamp(max=c_bar)
-    steps = rewards.shape[0]
+    rho, c = ratio.clamp(max=rho_bar), gae_lambda * ratio.clamp(max=c_bar)
     nonterminal = torch.cat([1.0 - dones[1:], (1.0 - next_done).unsqueeze(0)])
     following = torch.cat([values[1:], next_value.unsqueeze(0)])
     deltas = rho * (rewards + gamma * following * nonterminal - values)
-    corrections = torch.zeros_like(rewards)
+    corrections = torch.zeros_like(rewards)  # vs - V
     acc = torch.zeros_like(next_value)
-    for t in reversed(range(steps)):
+    for t in reversed(range(rewards.shape[0])):
         acc = deltas[t] + gamma * c[t] * nonterminal[t] * acc
         corrections[t] = acc
-    vs = values + corrections
-    vs_following = torch.cat([vs[1:], next_value.unsqueeze(0)])
-    advantages = rho * (rewards + gamma * vs_following * nonterminal - values)
-    return vs, advantages
+    later = torch.cat([corrections[1:], torch.zeros_like(next_value).unsqueeze(0)])  # vs_{t+1} - V_{t+1}
+    advantages = rho * (rewards + gamma * nonterminal * (following + gae_lambda * later) - values)
+    return values + corrections, advantages
 
 
-def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: TrajectoryBatch, lag: int,
+def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: TrajectoryBatch,
                     ppo: PPOConfig, lag_cfg: LagConfig, rng: np.random.Generator) -> dict[str, float]:
-    """PPO epochs on one batch of any PPO agent, lag-corrected as the module doc says; mean loss stats
-    plus ``vtrace``. A Gaussian agent first folds the batch's observations into its normaliser."""
+    """PPO epochs on one batch of any PPO agent, lag-corrected by V-trace as the module doc says; mean loss
+    stats plus ``rho_mean`` (the mean truncated weight ρ: 1 on-policy). A Gaussian agent first folds the
+    batch's observations into its normaliser."""
     steps, envs = batch.rewards.shape
     if isinstance(agent, GaussianAgent):
         agent.obs_norm.update(batch.obs.flatten(0, 1))
@@ -77,17 +79,11 @@ def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: Tr
         else:
             values = agent.get_value(x).view(steps, envs)
             next_value = agent.get_value(normalised(agent, batch.next_obs))
-    use_vtrace = lag > lag_cfg.vtrace_lag
-    if use_vtrace:
-        returns, advantages = vtrace(batch.logprobs, target_logp, batch.rewards, values, batch.dones, next_value,
-                                     batch.next_done, ppo.gamma, lag_cfg.rho_bar, lag_cfg.c_bar)
-        old_logp = target_logp
-    else:
-        advantages, returns = compute_gae(batch.rewards, values, batch.dones, next_value, batch.next_done,
-                                          ppo.gamma, ppo.gae_lambda)
-        old_logp = batch.logprobs
+    returns, advantages = vtrace(batch.logprobs, target_logp, batch.rewards, values, batch.dones, next_value,
+                                 batch.next_done, ppo.gamma, ppo.gae_lambda, lag_cfg.rho_bar, lag_cfg.c_bar)
+    rho = (target_logp - batch.logprobs).exp().clamp(max=lag_cfg.rho_bar)
     buf = RolloutBuffer(steps, envs, x.shape[1], tuple(batch.actions.shape[2:]), continuous=batch.actions.is_floating_point())
-    for name, value in (('obs', x.view(steps, envs, -1)), ('actions', batch.actions), ('logprobs', old_logp),
+    for name, value in (('obs', x.view(steps, envs, -1)), ('actions', batch.actions), ('logprobs', target_logp),
                         ('values', values), ('dones', batch.dones), ('rewards', batch.rewards), ('masks', batch.masks)):
         getattr(buf, name).copy_(value.view_as(getattr(buf, name)))
     totals: dict[str, float] = {}
@@ -111,5 +107,5 @@ def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: Tr
         if ppo.target_kl is not None and stats['approx_kl'] > ppo.target_kl:
             break
     means = {key: total / count for key, total in totals.items()}
-    means['vtrace'] = float(use_vtrace)
+    means['rho_mean'] = float(rho.mean())
     return means
