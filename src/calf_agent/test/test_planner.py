@@ -434,6 +434,7 @@ def test_the_refitted_ensemble_predicts_better_than_a_one_step_single_model(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # PPO, then the default planner (50,000 ticks of model data): minutes on a loaded machine
 def test_calf_train_plans_a_continuous_task_end_to_end(tmp_path: Path) -> None:
     """``calf train --planner model`` on a MuJoCo env: PPO on the bare env, then the continuous planner."""
     out = tmp_path / 'plans'
