@@ -2,11 +2,12 @@
 
 ``PlanningAgent`` answers observation k with a plan for ticks k+1 ... k+H. It predicts the state
 before each of those ticks with a learned dynamics model (an ensemble: the mean of its members'
-rollouts) and applies its base policy (PPO trained on the bare env) to each prediction. The rollout is arrival-aware: the plan cannot arrive before
-the env has run ``lead`` more ticks, and on those ticks the env runs the newest plan sent earlier
-(before any plan has arrived: its start plan, or the action it holds). The rollout uses those actions
-there and copies them into the new plan. A plan that arrives early therefore changes nothing, and one
-that arrives up to ``lead`` ticks late meets the states it predicted.
+rollouts) and applies its base policy (PPO trained on the bare env) to each prediction. The rollout
+is arrival-aware: the plan cannot arrive before the env has run ``lead`` more ticks, and on those
+ticks the env runs the newest plan sent earlier (before any plan has arrived: its start plan, or the
+action it holds). The rollout uses those actions there and copies them into the new plan. A plan that
+arrives early therefore changes nothing, and one that arrives up to ``lead`` ticks late meets the
+states it predicted.
 
 Discrete and continuous (Box) actions plan alike: the base is an ``MlpAgent`` (plans ``[B, H]`` of
 indices) or a ``GaussianAgent`` (plans ``[B, H, A]``, clipped to the bounds). The model needs a fully
