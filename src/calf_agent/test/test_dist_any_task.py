@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import zstandard
+from safetensors.torch import save as st_save
 
 from calf_agent.dist.delta import apply_delta, checksum, make_delta
 from calf_agent.dist.learner import OPTIMIZER, Learner, LearnerConfig
@@ -86,7 +87,7 @@ def test_a_delta_costs_less_than_a_snapshot_and_stays_within_the_kl_bound(tmp_pa
     snapshot_bytes = learner.sent.bytes
     _round(learner, [worker], 16)
     assert (learner.snapshots, learner.deltas) == (1, 1)
-    assert learner.sent.bytes - snapshot_bytes < 0.6 * snapshot_bytes  # fp16, compressed
+    assert learner.sent.bytes - snapshot_bytes < 0.25 * snapshot_bytes  # int8 differences, compressed
     full = learner._params(learner.agent, learner.last_batch)
     held = learner._params(worker.agent, learner.last_batch)
     assert abs(mean_kl(learner.agent, full, held)) < learner.cfg.kl_bound
@@ -101,6 +102,46 @@ def test_a_delta_beyond_the_kl_bound_is_sent_as_a_snapshot(tmp_path):
     assert torch.equal(worker.agent.actor[-1].weight, learner.agent.actor[-1].weight)  # full precision
 
 
+def test_an_int8_delta_whose_kl_exceeds_the_bound_is_sent_as_a_snapshot(tmp_path):
+    """The KL is measured (a bound above 0): quantised differences stray more than 1e-12 nats, so snapshots
+    go instead, and the worker holds the learner's full-precision weights."""
+    learner = _learner(tmp_path, kl_bound=1e-12, precision='int8')
+    worker = RolloutWorker('w0', 'cartpole', KEY, 4, seed=0)
+    for _ in range(3):
+        _round(learner, [worker], 16)
+    assert learner.deltas == 0 and learner.snapshots_for_kl == 3
+    assert checksum(worker.agent.state_dict()) == checksum(learner.agent.state_dict())
+
+
+def test_int8_differences_land_bit_for_bit_and_carry_what_rounding_left_out():
+    agent = MlpAgent(4, 2)
+    held = {k: v.clone() for k, v in agent.state_dict().items()}
+    gen = torch.Generator().manual_seed(0)
+    current = {k: v + 1e-3 * torch.randn(v.shape, generator=gen) for k, v in held.items()}
+    delta, result = make_delta(current, held, 'int8')
+    assert {t.dtype for k, t in delta.items() if not k.endswith('#step')} == {torch.int8}
+    assert checksum(apply_delta(held, delta)) == checksum(result)  # the worker's sum is the learner's
+    size = lambda state: len(zstandard.ZstdCompressor(level=19).compress(st_save(state)))  # noqa: E731
+    assert size(delta) < size(current) / 8
+    gap = lambda state: max(float((current[k] - state[k]).abs().max()) for k in current)  # noqa: E731
+    again, closer = make_delta(current, result, 'int8')  # the next delta, onto what the worker now holds
+    assert checksum(apply_delta(result, again)) == checksum(closer)
+    assert gap(closer) < gap(result) < gap(held)
+
+
+@pytest.mark.parametrize('delta, problem', [
+    ({'actor.0.0.weight': torch.zeros(64, 4, dtype=torch.int8)}, 'without its step'),
+    ({'actor.0.0.weight#step': torch.tensor(0.1)}, 'belongs to no int8'),
+    ({'actor.0.0.weight': torch.zeros(64, 4, dtype=torch.int8), 'actor.0.0.weight#step': torch.tensor(float('nan'))},
+     'no finite float32'),
+    ({'actor.0.0.weight': torch.zeros(64, 4, dtype=torch.int8), 'actor.0.0.weight#step': torch.ones(2)},
+     'no finite float32'),
+])
+def test_apply_delta_refuses_bad_int8_differences(delta, problem):
+    with pytest.raises(ValueError, match=problem):
+        apply_delta(MlpAgent(4, 2).state_dict(), delta)
+
+
 def _held_worker(version: int = 3, run: int = 7) -> tuple[RolloutWorker, MlpAgent]:
     agent = MlpAgent(4, 2)
     worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=1)
@@ -108,34 +149,37 @@ def _held_worker(version: int = 3, run: int = 7) -> tuple[RolloutWorker, MlpAgen
     return worker, agent
 
 
-def _delta(agent: MlpAgent, worker: RolloutWorker, base: int, version: int) -> WeightsMessage:
+def _delta(agent: MlpAgent, worker: RolloutWorker, base: int, version: int, precision: str = 'fp16'
+           ) -> WeightsMessage:
     with torch.no_grad():
         for p in agent.parameters():
             p.add_(0.01)
-    delta, result = make_delta(agent.state_dict(), worker.agent.state_dict(), 'fp16')
+    delta, result = make_delta(agent.state_dict(), worker.agent.state_dict(), precision)
     return WeightsMessage(version, 7, 'w0', agent.spec(), CARTPOLE, delta, base, checksum(result))
 
 
-def test_a_delta_onto_a_version_the_worker_does_not_hold_is_never_applied(tmp_path):
+@pytest.mark.parametrize('precision', ['fp16', 'int8'])
+def test_a_delta_onto_a_version_the_worker_does_not_hold_is_never_applied(tmp_path, precision):
     worker, agent = _held_worker(version=3)
     before = checksum(worker.agent.state_dict())
     lines: list[str] = []
     worker.reassembler.log = lines.append
-    frame = Sealer(KEY, 'learner').encode(_delta(agent, worker, base=2, version=4))  # built on version 2
+    frame = Sealer(KEY, 'learner').encode(_delta(agent, worker, base=2, version=4, precision=precision))  # on 2
     assert not any(worker.receive(c, 0.0) for c in split(frame, Kind.WEIGHTS, 'learner', 1))
     assert worker.reassembler.refused == {'stale_base': 1} and worker.version == 3
     assert checksum(worker.agent.state_dict()) == before and worker.needs_snapshot
     assert len(lines) == 1 and 'asking for a snapshot' in lines[0]
     hello = Opener(KEY).decode(b''.join(c.data for c in worker.hello()), 'w0')
     assert hello.version == -1  # the hello asks for a snapshot
-    good = _delta(agent, worker, base=3, version=5)
+    good = _delta(agent, worker, base=3, version=5, precision=precision)
     assert worker.apply(good) and worker.version == 5 and not worker.needs_snapshot
 
 
-def test_a_delta_with_a_wrong_checksum_is_refused(tmp_path):
+@pytest.mark.parametrize('precision', ['fp16', 'int8'])
+def test_a_delta_with_a_wrong_checksum_is_refused(tmp_path, precision):
     worker, agent = _held_worker()
     before = checksum(worker.agent.state_dict())
-    message = replace(_delta(agent, worker, base=3, version=4), checksum='0' * 64)
+    message = replace(_delta(agent, worker, base=3, version=4, precision=precision), checksum='0' * 64)
     with pytest.raises(Refused, match='checksum') as refused:
         worker.apply(message)
     assert refused.value.reason == 'checksum' and worker.needs_snapshot

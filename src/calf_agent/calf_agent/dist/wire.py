@@ -47,7 +47,7 @@ MAX_PENDING = 256
 """Messages in progress a receiver keeps at most, over all senders."""
 MAX_SENDER = 64
 """Longest sender name a chunk may carry."""
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 19
 """Compression level of weights payloads."""
 CHUNK_BYTES = 16 * 1024
 """Default chunk size: small enough that one lost datagram costs little on a lossy link."""
