@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
-from calf_agent.dynamics import DynamicsModel, EnsembleDynamics, FitConfig, Transitions, fit, open_loop
+from calf_agent.dynamics import EnsembleDynamics, FitConfig, Transitions, fit, open_loop
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import one_torch_thread
 from calf_agent.gaussian import GaussianAgent
@@ -120,14 +120,6 @@ def collect_planned(agent: PlanningAgent, env_name: str, profile: Profile, steps
             obs, _, terminated, truncated, info = env.step(plan[0])
             done = terminated or truncated
     return log.transitions(steps, agent.continuous)
-
-
-def rollout_error(model: EnsembleDynamics | DynamicsModel, data: Transitions, horizon: int
-                  ) -> tuple[list[list[float]], list[float]]:
-    """Open-loop RMSE per observation value at each of ``horizon`` ticks (``[horizon][obs]``) and the mean
-    disagreement at each tick, on held-out ``data``."""
-    errors, spread = open_loop(model, data, horizon)
-    return [[float(v) for v in row] for row in np.sqrt(errors.mean(0))], [float(v) for v in spread.mean(0)]
 
 
 @dataclass(frozen=True)
