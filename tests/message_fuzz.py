@@ -29,7 +29,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.serialization import serialize_message
 
-from calf_agent.policy_node import PolicyNode
+from calf_agent.nodes.policy_node import PolicyNode
 from calf_core.limits import MAX_PLAN_HORIZON
 from calf_env.env_node import EnvNode
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation

@@ -24,9 +24,9 @@ from rclpy.qos import qos_profile_sensor_data
 from ros_helpers import new_context, shut_down, spin_until
 from sensor_msgs.msg import JointState
 
-from calf_agent.adapter_policy_node import AdapterPolicyNode
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.gaussian import GaussianAgent
+from calf_agent.nodes.adapter_policy_node import AdapterPolicyNode
 from calf_agent.policies import MlpAgent
 from calf_core.bags import read_trace_bag
 from calf_core.errors import ConfigError

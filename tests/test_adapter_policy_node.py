@@ -14,9 +14,9 @@ from rclpy.parameter import Parameter
 from ros_helpers import new_context, spin_until
 from sensor_msgs.msg import JointState
 
-from calf_agent.adapter_policy_node import AdapterPolicyNode
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.gaussian import GaussianAgent
+from calf_agent.nodes.adapter_policy_node import AdapterPolicyNode
 from calf_agent.policies import MlpAgent
 from calf_core.errors import ConfigError
 

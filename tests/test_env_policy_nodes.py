@@ -23,8 +23,8 @@ from rclpy.publisher import Publisher
 from ros_helpers import new_context, spin_until
 
 from calf_agent.checkpoint import save_checkpoint
+from calf_agent.nodes.policy_node import PolicyNode
 from calf_agent.policies import MlpAgent
-from calf_agent.policy_node import PolicyNode
 from calf_core.envs import make_env
 from calf_core.errors import ConfigError
 from calf_core.timing import Verdict

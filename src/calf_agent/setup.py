@@ -19,9 +19,9 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'policy_node = calf_agent.policy_node:main',
-            'adapter_policy_node = calf_agent.adapter_policy_node:main',
-            'arbiter_node = calf_agent.arbiter_node:main',
+            'policy_node = calf_agent.nodes.policy_node:main',
+            'adapter_policy_node = calf_agent.nodes.adapter_policy_node:main',
+            'arbiter_node = calf_agent.nodes.arbiter_node:main',
             'learner_node = calf_agent.dist.learner_node:main',
             'worker_node = calf_agent.dist.worker_node:main',
         ],

@@ -1,6 +1,6 @@
 """Adapters between standard ROS messages and CALF's vectors, configured by YAML, no code.
 
-One adapter file serves both sides of a link: the policy side (`calf_agent.adapter_policy_node`)
+One adapter file serves both sides of a link: the policy side (`calf_agent.nodes.adapter_policy_node`)
 reads observations from messages and writes actions into them; the env side
 (`calf_env.adapter_env_node`) writes observations into messages and reads actions from them.
 An adapter file has two sections:
