@@ -345,7 +345,7 @@ def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_pa
     path = tmp_path / f'{network}.yaml'
     path.write_text(json.dumps({'name': network, **LINK_STATE_PROFILES[network]}))  # JSON is YAML
     sim = evaluate_sim(policy, load_profile(str(path)), 20, 0, batch=1, keep_samples=True)
-    ros = evaluate_ros(policy, str(path), 20, 0, 1.0, graph='flat_desktop', keep_samples=True,
+    ros = evaluate_ros(policy, str(path), 20, 0, 1.0, placement='flat_desktop', keep_samples=True,
                        domain_id=int(os.environ['ROS_DOMAIN_ID']))
     low_sim, high_sim = confidence_interval(sim['returns'])
     low_ros, high_ros = confidence_interval(ros['returns'])

@@ -25,7 +25,6 @@ SIDES = ('edge', 'desktop')
 PLACEMENTS = ('flat_desktop', 'flat_edge', 'hierarchical')
 """Where the policy runs (``--placement``; paper, Table 7): one policy across the network, one policy beside the
 env, or a hierarchy with sub-policies on both sides."""
-GRAPHS = PLACEMENTS  # the previous name, which graph_sim still imports; it goes when graph_sim is renamed
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.evaluate import evaluate_sim
-from calf_agent.graph_sim import evaluate_graph_sim, evaluate_hierarchy_sim
 from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hierarchy
 from calf_agent.hierarchy_train import train_hierarchy
+from calf_agent.placement_sim import evaluate_hierarchy_sim, evaluate_placement_sim
 from calf_agent.policies import LstmAgent, MlpAgent
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile, profile_from_dict
@@ -86,10 +86,10 @@ def test_evaluation_is_reproducible_and_flat_edge_has_no_network(tmp_path: Path)
     root = random_hierarchy(tmp_path, {'angle_rad': 0.02, 'angular_velocity_rad_s': 0.2})
     first, second = (evaluate_hierarchy_sim(root, load_profile('wifi_normal'), 3, seed=5) for _ in range(2))
     assert first == second and first['graph'] == 'hierarchical' and first['episodes'] == 3
-    flat = evaluate_graph_sim('flat_edge', root / 'stabilise', load_profile('wifi_normal'), 2, seed=0)
+    flat = evaluate_placement_sim('flat_edge', root / 'stabilise', load_profile('wifi_normal'), 2, seed=0)
     assert (flat['graph'], flat['network'], flat['e2e_latency_ms']['p95']) == ('flat_edge', 'wifi_normal', 0.0)
-    with pytest.raises(ConfigError, match="unknown graph 'tree'"):
-        evaluate_graph_sim('tree', root, load_profile('wifi_normal'), 1, seed=0)
+    with pytest.raises(ConfigError, match="unknown placement 'tree'"):
+        evaluate_placement_sim('tree', root, load_profile('wifi_normal'), 1, seed=0)
 
 
 def test_recurrent_policies_start_later_episodes_in_a_batch_slot(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from calf_agent.graph_sim import evaluate_graph_sim
 from calf_agent.hierarchy import EDGE_NETWORK, PLACEMENTS
+from calf_agent.placement_sim import evaluate_placement_sim
 from calf_bringup.cli_args import MAX_EPISODES, count, number
 from calf_bringup.cmd_profile import E2E_DEFINITIONS, e2e_report
 from calf_core.errors import ConfigError
@@ -94,10 +94,10 @@ def run(args: argparse.Namespace) -> int:
 
         domain = choose_domain(args.domain_id, dict(os.environ), sys.stderr)
         report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
-                              graph=placement, domain_id=domain, progress=True)
+                              placement=placement, domain_id=domain, progress=True)
     else:
-        report = {**evaluate_graph_sim(placement, args.policy, resolve_network(args.network), args.episodes, args.seed,
-                                       progress=True),
+        report = {**evaluate_placement_sim(placement, args.policy, resolve_network(args.network), args.episodes,
+                                           args.seed, progress=True),
                   'time_scale': None}  # virtual time: no wall clock to scale
     report = with_e2e_definitions(report, args.network, placement, args.seed)
     report['placement'] = placement  # 'graph' repeats it for readers of the previous release

@@ -2,7 +2,7 @@
 
 Per seed, a flat policy trains ``steps`` PPO steps under the regime, and a hierarchy trains the same
 total budget split evenly across its sub-policies (``calf train-hierarchy``). Every placement is then
-evaluated under the deployment network (wifi_normal) in virtual time (``calf_agent.graph_sim``,
+evaluated under the deployment network (wifi_normal) in virtual time (``calf_agent.placement_sim``,
 all seeds), and the seed-0 policies also through the live node graph over DDS at time scale 1
 (``calf eval --backend ros --placement ...``), which measures E2E latency with the real node hops.
 Runs are cached under ``OUT/graph_cache/`` so that an interrupted experiment resumes. A task without
@@ -86,11 +86,11 @@ def train_hierarchy_cached(spec: PlacementTable, seed: int, steps: int, cache: P
 
 def evaluate_cached(placement: str, policy: Path, network: str, episodes: int, seed: int) -> dict[str, Any]:
     """``calf eval --backend sim --placement`` of one trained seed, cached beside the checkpoint."""
-    from calf_agent.graph_sim import evaluate_graph_sim
+    from calf_agent.placement_sim import evaluate_placement_sim
     from calf_core.network import resolve_network
     path = policy.parent / f'{policy.name}--{placement}-{network}-{episodes}ep.json'
     if not path.is_file():
-        report = evaluate_graph_sim(placement, policy, resolve_network(network), episodes, seed=10_000 + seed)
+        report = evaluate_placement_sim(placement, policy, resolve_network(network), episodes, seed=10_000 + seed)
         atomic.write_text(path, json.dumps(report))
     return read_json(path, 'cached evaluation')
 
@@ -149,7 +149,7 @@ def _live(spec: PlacementTable, policy: dict[str, Path], episodes: int) -> dict[
     reports = {}
     for placement, path in policy.items():
         print(f'{spec.name}: {placement} through the live node graph, {episodes} episodes under {spec.network}')
-        reports[placement] = evaluate_ros(path, spec.network, episodes, seed=0, time_scale=1.0, graph=placement)
+        reports[placement] = evaluate_ros(path, spec.network, episodes, seed=0, time_scale=1.0, placement=placement)
     return reports
 
 

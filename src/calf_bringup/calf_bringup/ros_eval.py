@@ -16,7 +16,7 @@ Losses are the shim's counters over the counted episodes, read from LinkStats pu
 ``STATS_PERIOD_S`` (exact to within one period at each end, the start being when the env's results
 file says the count started); 0 for ``flat_edge``, which has no shim.
 
-``graph`` places the policy (``calf_bringup.graph``). For ``hierarchical`` the loop is complete
+``placement`` places the policy (``calf_bringup.graph``). For ``hierarchical`` the loop is complete
 only once every sub-policy has been heard on ``/calf/edge/candidates``, so counting starts after
 that episode; the report adds the share of the env's actions that came from each sub-policy.
 
@@ -166,21 +166,21 @@ def evaluation_timeout_s(env: str, episodes: int, time_scale: float) -> float:
 
 
 def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int, time_scale: float = 1.0,
-                 output: TextIO | None = None, graph: str = 'flat_desktop', keep_samples: bool = False,
+                 output: TextIO | None = None, placement: str = 'flat_desktop', keep_samples: bool = False,
                  domain_id: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of the checkpoint through env node -> shim(``network``) -> policy node
-    (or the nodes ``graph`` places); ``progress``: a bar over the counted episodes (``calf_core.progress``).
+    (or the nodes ``placement`` places); ``progress``: a bar over the counted episodes (``calf_core.progress``).
 
     The graph runs in ``domain_id``, by default one derived from this process's id, so that two
     evaluations on one machine do not hear each other."""
     if episodes < 1:
         raise ConfigError(f'--episodes must be >= 1, got {episodes}')
     profile = resolve_network(network)
-    hierarchy = load_hierarchy(policy_dir) if graph == 'hierarchical' else None
+    hierarchy = load_hierarchy(policy_dir) if placement == 'hierarchical' else None
     sources = hierarchy.sources if hierarchy else ()
     env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']
     options = RunOptions.of('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env, seed=seed,
-                            time_scale=time_scale, placement=graph)
+                            time_scale=time_scale, placement=placement)
     workdir = tempfile.TemporaryDirectory(prefix='calf_eval_')
     results = ResultsFile(Path(workdir.name) / 'results.jsonl')
     extra_parameters = {'shim': {'stats_period_s': STATS_PERIOD_S}, 'env': {'results_file': str(results.path)}}
@@ -216,8 +216,8 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         log.obs_lost, log.actions_lost = (after[d] - before[d] for d in DIRECTIONS)
         extra = {'forwarded_share': listener.shares({listener.results[seq]['episode'] for seq in counted})} \
             if sources else {}
-        return log.report('ros', profile.name, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed, graph=graph,
-                          **extra)
+        return log.report('ros', profile.name, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed,
+                          graph=placement, **extra)
     finally:
         executor.shutdown()
         node.destroy_node()

@@ -1,6 +1,6 @@
 """The event core of virtual time: one event queue and the busy policy's keep-newest rule.
 
-``NetworkedEnv`` and the hierarchy simulator (``calf_agent.graph_sim``) both run on these;
+``NetworkedEnv`` and the hierarchy simulator (``calf_agent.placement_sim``) both run on these;
 ``calf_core.vector_networked`` applies the same rules to many envs at once, in numpy.
 
 Events are ordered by (time, rank, order). Times are integer nanoseconds, so that equal times

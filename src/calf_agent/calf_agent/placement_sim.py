@@ -1,4 +1,4 @@
-"""Virtual-time evaluation of the deployment graphs (``calf eval --placement ... --backend sim``).
+"""Virtual-time evaluation of each placement of the policy (``calf eval --placement ... --backend sim``).
 
 - ``flat_desktop``: ``evaluate_sim`` behind the profile.
 - ``flat_edge``: ``evaluate_sim`` behind ``sim_clean``: the policy sits beside the env.
@@ -22,7 +22,7 @@ import numpy as np
 
 from calf_agent.arbiter import Arbiter, make_arbiter
 from calf_agent.evaluate import EpisodeLog, evaluate_sim, one_torch_thread
-from calf_agent.hierarchy import EDGE_NETWORK, GRAPHS, Hierarchy, load_hierarchy
+from calf_agent.hierarchy import EDGE_NETWORK, PLACEMENTS, Hierarchy, load_hierarchy
 from calf_agent.policy_runner import PolicyRunner
 from calf_core import progress as progress_bars
 from calf_core.envs import make_stepper
@@ -34,16 +34,17 @@ from calf_core.profiles import Profile, load_profile
 from calf_core.timing import EpisodeSummary, ObsRecord, Stepper, applied_facts, keep_newest
 
 
-def evaluate_graph_sim(graph: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
-                       keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
-    """The ``calf eval`` report of ``graph`` in virtual time; ``policy`` is a hierarchy for hierarchical."""
-    if graph not in GRAPHS:
-        raise ConfigError(f'unknown graph {graph!r}: choose one of {", ".join(GRAPHS)}')
-    if graph == 'hierarchical':
+def evaluate_placement_sim(placement: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
+                           keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
+    """The ``calf eval`` report of the policy at ``placement`` in virtual time; ``policy`` is a hierarchy for
+    hierarchical. The report's ``graph`` key names the placement (the result format's name for it)."""
+    if placement not in PLACEMENTS:
+        raise ConfigError(f'unknown placement {placement!r}: choose one of {", ".join(PLACEMENTS)}')
+    if placement == 'hierarchical':
         return evaluate_hierarchy_sim(policy, profile, episodes, seed, keep_samples, progress)
-    link = load_profile(EDGE_NETWORK) if graph == 'flat_edge' else profile
+    link = load_profile(EDGE_NETWORK) if placement == 'flat_edge' else profile
     report = evaluate_sim(policy, link, episodes, seed, keep_samples=keep_samples, progress=progress)
-    return {**report, 'network': profile.name, 'graph': graph}
+    return {**report, 'network': profile.name, 'graph': placement}
 
 
 @dataclass
