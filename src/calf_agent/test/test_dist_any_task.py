@@ -12,6 +12,7 @@ import torch
 import zstandard
 from safetensors.torch import save as st_save
 
+from calf_agent.dist import delta as delta_module
 from calf_agent.dist.delta import apply_delta, checksum, make_delta
 from calf_agent.dist.learner import OPTIMIZER, Learner, LearnerConfig
 from calf_agent.dist.policy import mean_kl
@@ -102,15 +103,35 @@ def test_a_delta_beyond_the_kl_bound_is_sent_as_a_snapshot(tmp_path):
     assert torch.equal(worker.agent.actor[-1].weight, learner.agent.actor[-1].weight)  # full precision
 
 
-def test_an_int8_delta_whose_kl_exceeds_the_bound_is_sent_as_a_snapshot(tmp_path):
-    """The KL is measured (a bound above 0): quantised differences stray more than 1e-12 nats, so snapshots
-    go instead, and the worker holds the learner's full-precision weights."""
-    learner = _learner(tmp_path, kl_bound=1e-12, precision='int8')
+def test_an_int8_delta_beyond_the_kl_bound_is_sent_finer_then_as_a_snapshot(tmp_path, monkeypatch):
+    """With the bound between the KLs the coarse and the fine int8 delta cause (measured here, on the learner's
+    last batch), the fine one goes; with nothing finer to try and the bound below the coarse KL, a snapshot."""
+    learner = _learner(tmp_path, precision='int8')
     worker = RolloutWorker('w0', 'cartpole', KEY, 4, seed=0)
-    for _ in range(3):
+    for _ in range(2):
         _round(learner, [worker], 16)
-    assert learner.deltas == 0 and learner.snapshots_for_kl == 3
-    assert checksum(worker.agent.state_dict()) == checksum(learner.agent.state_dict())
+    for chunk in worker.next_batch(16):
+        learner.receive(chunk, 0.0)
+    learner._update(learner.queue.popleft())  # a new version, not sent yet
+    sync = learner.workers['w0']
+    full = learner._params(learner.agent, learner.last_batch)
+    kls = []
+    for levels in delta_module.delta_levels('int8'):
+        learner._shadow.load_state_dict(make_delta(learner.agent.state_dict(), sync.held, 'int8', levels)[1])
+        kls.append(mean_kl(learner.agent, full, learner._params(learner._shadow, learner.last_batch)))
+    assert kls[1] < kls[0]
+    learner.cfg = replace(learner.cfg, kl_bound=(kls[0] + kls[1]) / 2)
+    for out in learner._weights_for('w0', sync):
+        worker.receive(out.chunk, 0.0)
+    assert (learner.deltas, learner.fine_deltas, learner.snapshots_for_kl) == (3, 1, 0)
+    assert worker.version == learner.version and checksum(worker.agent.state_dict()) == checksum(sync.held)
+    monkeypatch.setattr(delta_module, 'INT8_FINE_LEVELS', delta_module.INT8_LEVELS)  # nothing finer to try
+    learner._update(replace(learner.last_batch))
+    learner.cfg = replace(learner.cfg, kl_bound=kls[0] / 1e6)
+    for out in learner._weights_for('w0', sync):
+        worker.receive(out.chunk, 0.0)
+    assert learner.snapshots_for_kl == 1 and learner.deltas == 3
+    assert checksum(worker.agent.state_dict()) == checksum(learner.agent.state_dict())  # full precision
 
 
 def test_int8_differences_land_bit_for_bit_and_carry_what_rounding_left_out():

@@ -3,8 +3,9 @@
 The learner remembers, per worker, the state it last sent (as the worker holds it). A delta carries only
 the tensors whose reduced value differs from that state. With ``fp16`` or ``bf16`` a float32 tensor
 travels cast to that type. With ``int8`` it travels as its difference from the held tensor, quantised to
-integers in [-``INT8_LEVELS``, ``INT8_LEVELS``] times one float32 step per tensor (the largest difference
-over ``INT8_LEVELS``; ``<name>#step`` in the delta): the worker adds ``q * step`` to what it holds. What
+integers in [-L, L] times one float32 step per tensor (the largest difference over L; ``<name>#step`` in
+the delta): the worker adds ``q * step`` to what it holds. L is ``INT8_LEVELS``, or ``INT8_FINE_LEVELS``
+when the coarse delta would stray past the KL bound (``delta_levels``). What
 rounding leaves out is not lost: the next delta is taken against the state the worker then holds, so
 it carries the remainder (error feedback). Other dtypes travel as they are (the normaliser's float64
 statistics, integer buffers). The worker applies a delta only onto exactly its ``base_version`` and
@@ -28,6 +29,8 @@ INT8_LEVELS = 2
 """Largest quantised step of an ``int8`` difference: 5 levels, so that zstd packs a value into about 2.5
 bits (CartPole: 12x fewer bytes per delta than a float32 snapshot, 15 levels gave 8x); the remainder
 rides on the next delta, and the KL bound holds the worker's policy to the learner's."""
+INT8_FINE_LEVELS = 127
+"""L of the finer int8 delta the learner tries before a snapshot when the coarse one strays past the bound."""
 STEP = '#step'
 """Suffix of the name under which an ``int8`` difference's step travels."""
 
@@ -49,9 +52,15 @@ def _plus_steps(held: Tensor, q: Tensor, step: Tensor) -> Tensor:
     return held + q.to(torch.float32) * step
 
 
-def make_delta(current: Mapping[str, Tensor], held: Mapping[str, Tensor], precision: str) -> tuple[State, State]:
-    """``(delta, result)``: what of ``current`` differs from ``held`` in ``precision``, and the state a
-    worker holding ``held`` has once it applied it."""
+def delta_levels(precision: str) -> tuple[int, ...]:
+    """The levels L to try in turn, coarsest first, before a snapshot (one entry: L is unused)."""
+    return (INT8_LEVELS, INT8_FINE_LEVELS) if precision == 'int8' else (INT8_LEVELS,)
+
+
+def make_delta(current: Mapping[str, Tensor], held: Mapping[str, Tensor], precision: str,
+               levels: int = INT8_LEVELS) -> tuple[State, State]:
+    """``(delta, result)``: what of ``current`` differs from ``held`` in ``precision`` (int8: in ``levels``
+    steps either side of 0), and the state a worker holding ``held`` has once it applied it."""
     delta, result = {}, {}
     for name, tensor in current.items():
         tensor = tensor.detach()
@@ -62,8 +71,8 @@ def make_delta(current: Mapping[str, Tensor], held: Mapping[str, Tensor], precis
             wire = tensor.to(PRECISIONS['fp16' if precision == 'int8' else precision])
         else:
             diff = tensor - base
-            step = (diff.abs().max() / INT8_LEVELS).reshape(())
-            q = (diff / step).round().clamp(-INT8_LEVELS, INT8_LEVELS).to(torch.int8) if step > 0 else None
+            step = (diff.abs().max() / levels).reshape(())
+            q = (diff / step).round().clamp(-levels, levels).to(torch.int8) if step > 0 else None
             if q is None or not q.any():
                 result[name] = base
             else:

@@ -10,8 +10,9 @@ and finite values within ``MAX_ABS_VALUE``. Every refusal is one log line and on
 The policy is the one ``calf train`` would train on the task (``TrainConfig``: MLP, LSTM or Gaussian,
 single actions or plans). Each ``step`` runs one PPO update, lag-corrected by V-trace (``ppo``), on the oldest waiting
 batch, then asks the sync policy which workers get the new weights: a delta of the changed tensors in
-reduced precision against the state the worker holds, or a snapshot when that state is unknown or the
-reduced policy strays from the full one by more than ``kl_bound`` on the last batch (``delta``).
+reduced precision against the state the worker holds (int8: a finer one if the coarse one strays), or a
+snapshot when that state is unknown or the reduced policy strays from the full one by more than
+``kl_bound`` on the last batch (``delta``).
 At most one batch per worker waits: a newer one replaces it (``batches_superseded``, the wasted
 fraction), so that a learner slower than its workers trains on fresh data; a worker whose batch was
 superseded is told to pause while a batch of it waits (``Control``), and one more batch of it, already
@@ -43,7 +44,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
-from calf_agent.dist.delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS, checksum, make_delta
+from calf_agent.dist.delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS, checksum, delta_levels, make_delta
 from calf_agent.dist.key import KEY_BYTES
 from calf_agent.dist.policy import PpoAgent, action_shape, batch_params, mean_kl, param_size, state_size
 from calf_agent.dist.ppo import LagConfig, update_on_batch
@@ -157,7 +158,7 @@ class Learner:
         self.control_sealer = Sealer(cfg.key, CONTROL)
         self.last_batch: TrajectoryBatch | None = None
         self.accepted_steps = 0  # env steps of the batches queued (trained on or superseded)
-        self.snapshots = self.deltas = self.snapshots_for_kl = self.controls = 0
+        self.snapshots = self.deltas = self.snapshots_for_kl = self.fine_deltas = self.controls = 0
         self.hellos_ignored = 0  # hellos of admitted workers that asked for nothing, or too soon
         self.received, self.sent = Traffic(), Traffic()
         self.workers: dict[str, WorkerSync] = {}
@@ -390,9 +391,12 @@ class Learner:
         """A delta against what the worker holds, or a snapshot (see the module doc)."""
         message = snapshot(self.agent, self.version, self.run, worker_id, self.cfg.env_config)
         if sync.held is not None:
-            delta, result = make_delta(message.state, sync.held, self.cfg.precision)
-            if self._close_enough(result):
-                message = replace(message, state=delta, base_version=sync.sent_version, checksum=checksum(result))
+            for levels in delta_levels(self.cfg.precision):  # coarsest first
+                delta, result = make_delta(message.state, sync.held, self.cfg.precision, levels)
+                if self._close_enough(result):
+                    message = replace(message, state=delta, base_version=sync.sent_version, checksum=checksum(result))
+                    self.fine_deltas += levels != delta_levels(self.cfg.precision)[0]
+                    break
             else:
                 self.snapshots_for_kl += 1
         held = message.state if message.base_version < 0 else result
@@ -459,7 +463,8 @@ class Learner:
                 'batches_superseded': {'messages': self.superseded, 'env_steps': self.superseded_steps},
                 'wasted_fraction': round(self.wasted_fraction, 4),
                 'weights_messages': {'snapshots': self.snapshots, 'deltas': self.deltas,
-                                     'snapshots_for_kl': self.snapshots_for_kl, 'precision': self.cfg.precision},
+                                     'snapshots_for_kl': self.snapshots_for_kl, 'fine_deltas': self.fine_deltas,
+                                     'precision': self.cfg.precision},
                 'controls_sent': self.controls,
                 'lag_histogram': {('other_run' if k < 0 else str(k)): v for k, v in sorted(self.lags.items())},
                 'evals': self.evals}
