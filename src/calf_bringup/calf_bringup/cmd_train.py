@@ -92,6 +92,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument('--max-workers', type=count(1, MAX_WORKERS), default=DEFAULT_MAX_WORKERS,
                       help=f'workers the learner admits at most, local and remote (default {DEFAULT_MAX_WORKERS})')
     dist.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID of the processes (default: inherited)')
+    dist.add_argument('--cluster', metavar='ray[:ADDRESS]',
+                      help='run the workers as Ray actors on a cluster (ray: the running one, ray:local: start '
+                           'one here, ray:HOST:PORT), frames through Ray\'s object store; needs Ray '
+                           '(pip install -r requirements-ray.lock)')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
@@ -106,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
                           '--algo ppo')
     if args.workers is not None:
         return _train_distributed(args, network)
-    if args.learner_network or args.resume or args.sync != 'every' or args.key:
-        raise ConfigError('--sync, --learner-network, --resume and --key need --workers N')
+    if args.learner_network or args.resume or args.sync != 'every' or args.key or args.cluster:
+        raise ConfigError('--sync, --learner-network, --resume, --key and --cluster need --workers N')
     if args.expert is not None:
         return _train_student(args, network)
     if args.ensemble is not None and args.planner != 'model':
@@ -165,13 +169,43 @@ def _train_distributed(args: argparse.Namespace, network: str) -> int:
               'steps': args.steps or defaults.total_steps, 'seed': args.seed, 'sync': args.sync,
               'lag_cap': args.lag_cap, 'eval_every': args.eval_every, 'stop_return': float(args.stop_return),
               'resume': args.resume, 'max_workers': args.max_workers}
+    if args.cluster:
+        return _train_on_ray(args, params, args.envs or defaults.num_envs, key_file)
     specs = training_graph(params, args.workers, args.envs or defaults.num_envs, args.seed,
                            args.learner_network, args.out, key_file)
-    if key_file == str(args.out.resolve() / KEY_FILE):  # made once every argument has been checked
-        create_key(Path(key_file))
-        print(f'distributed-training key: {key_file} (remote workers: calf worker --key COPY_OF_IT)', file=sys.stderr)
+    _make_key(args, key_file)
     with progress.watching(args.out / '.progress', 'step', 'train', allowed=not args.quiet):
         code = run_training(specs, args.domain_id)
+    return _report(args, code)
+
+
+def _make_key(args: argparse.Namespace, key_file: str) -> None:
+    """Create OUT/dist.key if the nodes are to read it (once every argument has been checked)."""
+    if key_file == str(args.out.resolve() / KEY_FILE):
+        create_key(Path(key_file))
+        print(f'distributed-training key: {key_file} (remote workers: calf worker --key COPY_OF_IT)', file=sys.stderr)
+
+
+def _train_on_ray(args: argparse.Namespace, params: dict, envs: int, key_file: str) -> int:
+    """The learner here, ``--workers`` Ray actors on the cluster ``--cluster`` names."""
+    from calf_agent.dist.learner_node import PARAMETERS, learner_config
+    from calf_bringup.distributed_ray import train_on_ray
+    from calf_bringup.experiment_ray import parse_cluster
+    address = parse_cluster(args.cluster)
+    if args.learner_network or args.domain_id is not None:
+        raise ConfigError('--learner-network and --domain-id shape DDS traffic; with --cluster ray the frames travel '
+                          'through Ray\'s object store: drop them')
+    _make_key(args, key_file)
+    cfg = learner_config({**{name: default for name, (default, _) in PARAMETERS.items()}, **params,
+                          'key_file': key_file})
+    with progress.watching(args.out / '.progress', 'step', 'train', allowed=not args.quiet):
+        train_on_ray(cfg, address, args.workers, envs, args.seed, params['network'],
+                     log=lambda line: print(line, file=sys.stderr))
+    return _report(args, 0)
+
+
+def _report(args: argparse.Namespace, code: int) -> int:
+    """The run's one JSON line from its ``distributed.json``; ``code``."""
     summary = args.out / SUMMARY
     if code == 0 and summary.is_file():
         done = json.loads(summary.read_text())

@@ -42,34 +42,7 @@ class RayExecutor:
     """Cells as Ray tasks on the cluster at ``address`` (``auto``, ``local`` or ``HOST:PORT``)."""
 
     def __init__(self, address: str, shared: bool = False) -> None:
-        if address == 'local':  # Ray's single-machine mode: every address on the loopback interface
-            os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')
-        if address not in ('auto', 'local') and 'RAY_AUTH_MODE' not in os.environ and has_token():
-            # `ray start --head` turns token authentication on when it finds a token, but Ray's client uses
-            # one for an explicit address only with RAY_AUTH_MODE=token, which Ray reads when imported.
-            os.environ['RAY_AUTH_MODE'] = 'token'
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError(f'--cluster ray needs Ray, which is not installed: {INSTALL}') from None
-        self._ray = ray
-        if address not in ('auto', 'local'):
-            _probe(address)
-        had_token = DEFAULT_TOKEN.is_file()
-        try:  # a cell's output goes to its log under --out, not to this terminal
-            ray.init(address=None if address == 'local' else address, log_to_driver=False,
-                     include_dashboard=False if address == 'local' else None)
-        except (ConnectionError, ray.exceptions.AuthenticationError) as err:
-            if 'InvalidAuthToken' not in f'{err} {err.__cause__}':
-                raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): start one with '
-                                  '`ray start --head`') from None
-            what = "refused this machine's token" if has_token() else 'needs a token, which this machine has not'
-            raise ConfigError(f'the Ray cluster at {address!r} uses token authentication and {what}: run '
-                              f'`ray get-auth-token` on its head and put the output in {DEFAULT_TOKEN} '
-                              '(or RAY_AUTH_TOKEN) on this machine') from None
-        if not had_token and DEFAULT_TOKEN.is_file():
-            print(f'Ray wrote a new authentication token to {DEFAULT_TOKEN}: it guards the cluster started here, '
-                  'and `ray start --head` on this machine will use it too', file=sys.stderr)
+        ray = self._ray = connect(address)
         self.ships_files = not shared
         self.slots = max(1, int(ray.cluster_resources().get('CPU', 1) // CPUS_PER_CELL))
         # Retries are the scheduler's (experiment_cells.ATTEMPTS), the same as in the local pool.
@@ -90,6 +63,39 @@ class RayExecutor:
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+def connect(address: str) -> Any:
+    """Join (or, for ``local``, start) the Ray cluster at ``address``; the ``ray`` module. ConfigError says
+    what to do when Ray is missing, nothing answers there or its token is refused."""
+    if address == 'local':  # Ray's single-machine mode: every address on the loopback interface
+        os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')
+    if address not in ('auto', 'local') and 'RAY_AUTH_MODE' not in os.environ and has_token():
+        # `ray start --head` turns token authentication on when it finds a token, but Ray's client uses
+        # one for an explicit address only with RAY_AUTH_MODE=token, which Ray reads when imported.
+        os.environ['RAY_AUTH_MODE'] = 'token'
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f'--cluster ray needs Ray, which is not installed: {INSTALL}') from None
+    if address not in ('auto', 'local'):
+        _probe(address)
+    had_token = DEFAULT_TOKEN.is_file()
+    try:  # a task's output goes to its log under --out, not to this terminal
+        ray.init(address=None if address == 'local' else address, log_to_driver=False,
+                 include_dashboard=False if address == 'local' else None)
+    except (ConnectionError, ray.exceptions.AuthenticationError) as err:
+        if 'InvalidAuthToken' not in f'{err} {err.__cause__}':
+            raise ConfigError(f'cannot join the Ray cluster at {address!r} ({err}): start one with '
+                              '`ray start --head`') from None
+        what = "refused this machine's token" if has_token() else 'needs a token, which this machine has not'
+        raise ConfigError(f'the Ray cluster at {address!r} uses token authentication and {what}: run '
+                          f'`ray get-auth-token` on its head and put the output in {DEFAULT_TOKEN} '
+                          '(or RAY_AUTH_TOKEN) on this machine') from None
+    if not had_token and DEFAULT_TOKEN.is_file():
+        print(f'Ray wrote a new authentication token to {DEFAULT_TOKEN}: it guards the cluster started here, '
+              'and `ray start --head` on this machine will use it too', file=sys.stderr)
+    return ray
 
 
 def _probe(address: str) -> None:

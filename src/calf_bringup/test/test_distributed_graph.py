@@ -76,6 +76,10 @@ def test_a_remote_worker_finds_the_learner_by_static_peers(tmp_path, monkeypatch
     (['train', '--workers', '1', '--resume', '--out', 'x'], 'holds no checkpoint'),
     (['train', '--workers', '4', '--max-workers', '2', '--out', 'x'], 'admits fewer'),
     (['train', '--key', 'k.key', '--out', 'x'], 'need --workers'),
+    (['train', '--cluster', 'ray:local', '--out', 'x'], 'need --workers'),
+    (['train', '--workers', '2', '--cluster', 'slurm', '--out', 'x'], 'expected ray'),
+    (['train', '--workers', '2', '--cluster', 'ray:local', '--learner-network', 'wifi_degraded', '--out', 'x'],
+     'drop them'),
 ])
 def test_bad_distributed_arguments_exit_2_with_one_line(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
