@@ -266,7 +266,7 @@ def test_every_sends_each_worker_each_update(tmp_path):
     assert learner.updates == 8 and learner.version == 8 and learner.env_steps == 8 * 32
     weights_per_message = learner.sent.bytes / learner.sent.messages
     assert learner.sent.messages == 2 + 8 * 2  # the first weights, then one per worker per update
-    assert weights_per_message > 10_000  # two 64-unit MLPs in float32
+    assert (learner.snapshots, learner.deltas) == (2, 16) and weights_per_message < 10_000  # then int8 deltas
     assert all(w.version > 0 and not w.reassembler.refused for w in workers)
     assert learner.received.messages == 2 + 8 and not learner.reassembler.refused
     assert sum(learner.lags.values()) == 8 and max(learner.lags) <= 1
