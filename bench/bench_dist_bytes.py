@@ -57,7 +57,7 @@ def run(env: str, encoding: str, rounds: int, seed: int, workers: int = 4) -> di
         later = (learner.sent.bytes - first[0]) / max(1, learner.sent.messages - first[1])
         return {'bytes': learner.sent.bytes, 'messages': learner.sent.messages, 'refused': refused, 'later': later,
                 'snapshots': summary['snapshots'], 'deltas': summary['deltas'],
-                'snapshots_for_kl': summary['snapshots_for_kl']}
+                'snapshots_for_kl': summary['snapshots_for_kl'], 'fine_deltas': summary['fine_deltas']}
 
 
 def main() -> None:
@@ -69,8 +69,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ[KEY_ENV] = KEY.hex()
-    print('| env | weights | messages (snapshots / deltas / for KL) | bytes | bytes per message | after the first '
-          'weights | vs snapshots | refused by workers |')
+    print('| env | weights | messages (snapshots / deltas / of them finer / snapshots for KL) | bytes | bytes per '
+          'message | after the first weights | vs snapshots | refused by workers |')
     print('|---|---|---|---|---|---|---|---|')
     for env in args.envs:
         base = None
@@ -78,7 +78,7 @@ def main() -> None:
             r = run(env, encoding, args.rounds, args.seed)
             per = r['bytes'] / r['messages']
             base = base or r['later']
-            print(f'| {env} | {encoding} | {r["messages"]} ({r["snapshots"]} / {r["deltas"]} / '
+            print(f'| {env} | {encoding} | {r["messages"]} ({r["snapshots"]} / {r["deltas"]} / {r["fine_deltas"]} / '
                   f'{r["snapshots_for_kl"]}) | {r["bytes"]:,} | {per:,.0f} | {r["later"]:,.0f} | '
                   f'{base / r["later"]:.1f}x | {r["refused"]} |', flush=True)
 
