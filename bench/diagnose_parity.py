@@ -29,7 +29,7 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.policy_runner import PolicyRunner
 from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
-from calf_core.timing import applied_facts
+from calf_core.timing import ReceivedObservation, applied_facts
 
 
 def sim_log(policy: Path, network: str, episodes: int, seed: int) -> dict:
@@ -45,8 +45,9 @@ def sim_log(policy: Path, network: str, episodes: int, seed: int) -> dict:
         obs, info = env.reset(seed=seed + index)
         episode, total, done = env.stepper.episode, 0.0, False
         while not done:
-            plan = runner.on_observation(episode, info['obs_seq'], obs, False, 0, info['applied_obs_seq'],
-                                         info['applied_index'])
+            plan = runner.on_observation(ReceivedObservation(episode, info['obs_seq'], obs,
+                                                             applied_obs_seq=info['applied_obs_seq'],
+                                                             applied_index=info['applied_index']))
             decisions.append((episode, info['obs_seq']))
             obs, reward, terminated, truncated, info = env.step(plan if len(plan) > 1 else plan[0])
             total += reward

@@ -31,7 +31,7 @@ from calf_core.events import ACTION, OBS, TICK, BusyPolicy, Event, EventQueue
 from calf_core.link import Link
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
 from calf_core.profiles import Profile, load_profile
-from calf_core.timing import EpisodeSummary, ObsRecord, Stepper, applied_facts, keep_newest
+from calf_core.timing import EpisodeSummary, ObsRecord, ReceivedObservation, Stepper, keep_newest
 
 
 def evaluate_placement_sim(placement: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
@@ -103,8 +103,9 @@ class HierarchySim:
     def _emit(self, record: ObsRecord, now_ns: int) -> None:
         """Observation ``record`` reaches the arbiter and the edge sub-policies now, the desktop later."""
         self.arbiter.on_observation(record.episode, record.seq, record.obs)
+        received = ReceivedObservation.of(record)
         for name, runner in self.edge.items():
-            plan = runner.on_observation(record.episode, record.seq, record.obs, _ended(record), 0, *applied_facts(record))
+            plan = runner.on_observation(received)
             if plan is not None:
                 self._arrive(name, record, plan, now_ns)
         if self.desktop:
@@ -129,8 +130,7 @@ class HierarchySim:
         """The desktop sub-policy takes ``record`` now, or keeps it as the newest while busy."""
         if record is None or not desktop.policy.offer(event.time_ns, record):
             return
-        plan = desktop.runner.on_observation(record.episode, record.seq, record.obs, _ended(record), 0,
-                                             *applied_facts(record))
+        plan = desktop.runner.on_observation(ReceivedObservation.of(record))
         if plan is None:
             return
         send_ns = event.time_ns + self.compute_ns
@@ -162,10 +162,6 @@ def evaluate_hierarchy_sim(hierarchy_dir: Path | str, profile: Profile, episodes
     total = sum(sim.arbiter.forwarded.values()) or 1
     return log.report('sim', profile.name, keep_samples, policy=str(hierarchy_dir), seed=seed, graph='hierarchical',
                       forwarded_share={name: round(n / total, 4) for name, n in sim.arbiter.forwarded.items()})
-
-
-def _ended(record: ObsRecord) -> bool:
-    return record.terminated or record.truncated
 
 
 def _ns(seconds: float) -> int:

@@ -20,7 +20,7 @@ from calf_agent.errors import CheckpointError
 from calf_agent.gaussian import acts_continuously
 from calf_agent.policies import Agent
 from calf_agent.representation import HistoryFeatures, ObsFacts, Representation
-from calf_core.timing import ObservationGate
+from calf_core.timing import ObservationGate, ReceivedObservation
 
 Plan = list[int] | np.ndarray
 """A discrete plan (H action indices) or a continuous one (``[H, A]`` float32)."""
@@ -69,22 +69,21 @@ class PolicyRunner:
         agent, meta = load_checkpoint(ckpt_dir)
         return cls(agent, meta, deterministic)
 
-    def on_observation(self, episode: int, seq: int, obs: np.ndarray, terminated: bool, run: int = 0,
-                       applied_obs_seq: int = -1, applied_index: int = -1) -> Plan | None:
-        """The plan (H actions) answering this observation, or None when it is not acted on.
+    def on_observation(self, received: ReceivedObservation) -> Plan | None:
+        """The plan (H actions) answering ``received``, or None when it is not acted on.
 
-        ``terminated`` means the episode ended at this observation (terminated or truncated).
-        ``applied_obs_seq`` and ``applied_index`` say which action the env applied at its tick (see
-        ``Observation``; a delay-state representation reads them). Observations no newer than the
-        last one acted on are skipped.
+        An observation that ends its episode gets no plan; observations no newer than the last one
+        acted on are skipped. A delay-state representation reads which action the env applied at the
+        tick (``applied_obs_seq``, ``applied_index``).
         """
-        obs = np.asarray(obs, dtype=np.float32).reshape(-1)
+        episode, seq, run = received.episode, received.seq, received.run
+        obs = np.asarray(received.obs, dtype=np.float32).reshape(-1)
         if obs.size != self.obs_size:
             raise ValueError(f'observation has {obs.size} values, the policy expects {self.obs_size}')
         new_episode = self._gate.is_new_episode(episode) or run != self._gate.run
-        if not self._gate.admit(episode, seq, run) or terminated:
+        if not self._gate.admit(episode, seq, run) or received.ended:
             return None
-        facts = ObsFacts(seq, applied_obs_seq, applied_index) if self.rep.delay_state else None
+        facts = ObsFacts(seq, received.applied_obs_seq, received.applied_index) if self.rep.delay_state else None
         if new_episode:
             features, self._state = self._history.reset(obs, facts=facts), None
         else:

@@ -19,7 +19,7 @@ from calf_agent.training import train
 from calf_core.envs import make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
-from calf_core.timing import AppliedAction, ObsRecord
+from calf_core.timing import AppliedAction, ObsRecord, ReceivedObservation
 
 DELAYED = 'results/profiles/constant_2_ticks_50ms.yaml'
 
@@ -258,7 +258,7 @@ def test_bpql_learns_behind_a_delayed_link_and_runs_where_sac_runs(tmp_path: Pat
     assert math.isclose(report['mean_return'], trained, rel_tol=1e-6)
     runner = PolicyRunner(agent, meta)  # what the policy node runs
     assert runner.continuous and runner.obs_size == 4
-    plan = runner.on_observation(0, 0, np.zeros(4, np.float32), False)
+    plan = runner.on_observation(ReceivedObservation(0, 0, np.zeros(4, np.float32)))
     assert plan.shape == (1, 1) and -3.0 <= plan[0, 0] <= 3.0
 
 

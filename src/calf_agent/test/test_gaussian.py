@@ -23,6 +23,7 @@ from calf_agent.representation import HistoryWrapper, Representation
 from calf_agent.trainer import continuous_defaults
 from calf_agent.training import train
 from calf_core.profiles import load_profile
+from calf_core.timing import ReceivedObservation
 
 
 def test_gaussian_heads_match_torch_normal() -> None:
@@ -95,7 +96,7 @@ def test_checkpoint_keeps_the_normaliser_and_the_runner_applies_it(tmp_path: Pat
     obs = np.array([11.0, 1.0, 1.0], np.float32)
     expected = agent.act(obs, deterministic=True)[0].reshape(1, 2)
     runner = PolicyRunner(loaded, meta)
-    plan = runner.on_observation(episode=0, seq=0, obs=obs, terminated=False)
+    plan = runner.on_observation(ReceivedObservation(0, 0, obs))
     assert isinstance(plan, np.ndarray) and plan.dtype == np.float32
     np.testing.assert_allclose(plan, expected)
     assert runner.continuous and runner.obs_size == 3 and runner.plan_horizon == 1
@@ -107,9 +108,9 @@ def test_runner_feeds_a_continuous_policy_the_action_it_sent_last(tmp_path: Path
     save_checkpoint(tmp_path, agent, {'env': 'test', 'representation': {'frames': 1, 'actions': 1}})
     runner = PolicyRunner.from_checkpoint(tmp_path)
     assert runner.obs_size == 1
-    first = runner.on_observation(episode=0, seq=0, obs=np.array([0.3]), terminated=False)
+    first = runner.on_observation(ReceivedObservation(0, 0, np.array([0.3])))
     np.testing.assert_allclose(first, agent.act(np.float32([0.3, 0.0, 0.0]), deterministic=True)[0])
-    second = runner.on_observation(episode=0, seq=1, obs=np.array([0.7]), terminated=False)
+    second = runner.on_observation(ReceivedObservation(0, 1, np.array([0.7])))
     np.testing.assert_allclose(second, agent.act(np.float32([0.7, *first[0]]), deterministic=True)[0])
     assert not np.allclose(first[0], 0.0)
 

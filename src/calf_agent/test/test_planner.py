@@ -34,6 +34,7 @@ from calf_bringup import cli
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
+from calf_core.timing import ReceivedObservation
 
 SLOW_LINK = """name: fixed_60ms
 description: 60 ms each way, no loss (an end-to-end delay of six CartPole ticks).
@@ -143,10 +144,10 @@ def test_plans_survive_a_six_tick_delay_that_single_actions_do_not(tmp_path: Pat
 def test_policy_runner_keeps_the_planner_state_per_episode(planner_dir: Path) -> None:
     runner = PolicyRunner.from_checkpoint(planner_dir)
     obs = np.array([0.0, 0.0, 0.02, 0.0], dtype=np.float32)
-    first = runner.on_observation(episode=0, seq=0, obs=obs, terminated=False)
-    later = runner.on_observation(episode=0, seq=2, obs=obs, terminated=False)
+    first = runner.on_observation(ReceivedObservation(0, 0, obs))
+    later = runner.on_observation(ReceivedObservation(0, 2, obs))
     assert len(first) == len(later) == 16 and later[:6] == first[2:8]
-    assert runner.on_observation(episode=1, seq=0, obs=obs, terminated=False) == first  # a new episode forgets
+    assert runner.on_observation(ReceivedObservation(1, 0, obs)) == first  # a new episode forgets
 
 
 def test_planner_needs_a_single_action_mlp_base_and_a_lead_below_the_horizon(tmp_path: Path, base_dir: Path,
@@ -228,7 +229,7 @@ def test_continuous_plans_survive_the_full_profile_where_single_torques_fall(pen
 def test_policy_runner_sends_continuous_plans(pendulum_planner: Path) -> None:
     runner = PolicyRunner.from_checkpoint(pendulum_planner)
     assert runner.continuous and runner.action_description == 'continuous actions of 1 value'
-    plan = runner.on_observation(episode=0, seq=0, obs=np.zeros(4, np.float32), terminated=False)
+    plan = runner.on_observation(ReceivedObservation(0, 0, np.zeros(4, np.float32)))
     assert isinstance(plan, np.ndarray) and plan.shape == (8, 1) and np.all(np.abs(plan) <= 3.0)
 
 
@@ -429,7 +430,7 @@ def test_the_refitted_ensemble_predicts_better_than_a_one_step_single_model(tmp_
         errors[name] = float(np.sum(np.square(meta['planner']['dynamics']['rollout_rmse_12_ticks'])))
     assert errors['ensemble'] < errors['single'], errors
     runner = PolicyRunner.from_checkpoint(tmp_path / 'ensemble')
-    plan = runner.on_observation(episode=0, seq=0, obs=np.array([0.0, 0.05, 0.0, 0.0], np.float32), terminated=False)
+    plan = runner.on_observation(ReceivedObservation(0, 0, np.array([0.0, 0.05, 0.0, 0.0], np.float32)))
     assert isinstance(plan, np.ndarray) and plan.shape == (12, 1) and np.all(np.abs(plan) <= 3.0)
     report = evaluate_sim(tmp_path / 'ensemble', load_profile('wifi_degraded'), episodes=4, seed=0)
     assert report['mean_return'] >= 900, report['returns']

@@ -12,6 +12,7 @@ from calf_agent.checkpoint import save_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.policies import LstmAgent, MlpAgent
 from calf_agent.policy_runner import PolicyRunner
+from calf_core.timing import ReceivedObservation
 
 
 @dataclass
@@ -41,14 +42,14 @@ def test_single_action_matches_deterministic_agent() -> None:
     runner = PolicyRunner(agent, {'env': 'cartpole'})
     x = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
     expected = int(agent.act(x, deterministic=True)[0][0])
-    assert runner.on_observation(0, 0, x, False) == [expected]
+    assert runner.on_observation(ReceivedObservation(0, 0, x)) == [expected]
     assert (runner.obs_size, runner.n_actions, runner.plan_horizon) == (4, 2, 1)
 
 
 def test_plan_horizon_gives_h_actions() -> None:
     torch.manual_seed(0)
     runner = PolicyRunner(MlpAgent(4, 2, plan_horizon=3), {'plan_horizon': 3})
-    plan = runner.on_observation(0, 0, obs(0.1, 4), False)
+    plan = runner.on_observation(ReceivedObservation(0, 0, obs(0.1, 4)))
     assert plan is not None and len(plan) == 3 and all(a in (0, 1) for a in plan)
 
 
@@ -62,16 +63,17 @@ def test_plan_horizon_gives_h_actions() -> None:
 ])
 def test_gate_acts_on_newest_only(arrivals: list[tuple[int, ...]], acted: list[bool]) -> None:
     runner = PolicyRunner(RecordingAgent(2), {})
-    got = [runner.on_observation(ep, seq, obs(seq), False, *run) is not None for ep, seq, *run in arrivals]
+    got = [runner.on_observation(ReceivedObservation(ep, seq, obs(seq), run=run[0] if run else 0)) is not None
+           for ep, seq, *run in arrivals]
     assert got == acted
 
 
 def test_terminal_observation_is_not_acted_on() -> None:
     agent = RecordingAgent(2)
     runner = PolicyRunner(agent, {})
-    assert runner.on_observation(0, 0, obs(0), False) == [1]
-    assert runner.on_observation(0, 4, obs(4), True) is None
-    assert runner.on_observation(0, 3, obs(3), False) is None  # older than the terminal one
+    assert runner.on_observation(ReceivedObservation(0, 0, obs(0))) == [1]
+    assert runner.on_observation(ReceivedObservation(0, 4, obs(4), terminated=True)) is None
+    assert runner.on_observation(ReceivedObservation(0, 3, obs(3))) is None  # older than the terminal one
     assert len(agent.calls) == 1
 
 
@@ -79,9 +81,9 @@ def test_history_and_state_follow_episodes() -> None:
     """Frames and sent actions as HistoryWrapper builds them; both reset with the LSTM state."""
     agent = RecordingAgent(obs_dim=2 * 2 + 1 * 2, action=1)
     runner = PolicyRunner(agent, {'representation': {'frames': 2, 'actions': 1}})
-    runner.on_observation(0, 0, obs(1), False)
-    runner.on_observation(0, 3, obs(2), False)
-    runner.on_observation(1, 0, obs(7), False)
+    runner.on_observation(ReceivedObservation(0, 0, obs(1)))
+    runner.on_observation(ReceivedObservation(0, 3, obs(2)))
+    runner.on_observation(ReceivedObservation(1, 0, obs(7)))
     features = [call[0].tolist() for call in agent.calls]
     assert features == [[1, 1, 1, 1, 0, 0], [1, 1, 2, 2, 0, 1], [7, 7, 7, 7, 0, 0]]
     assert [call[1] for call in agent.calls] == [None, 1, None]
@@ -90,14 +92,14 @@ def test_history_and_state_follow_episodes() -> None:
 def test_lstm_agent_runs_across_episodes() -> None:
     torch.manual_seed(0)
     runner = PolicyRunner(LstmAgent(4, 3, lstm_size=8), {'env': 'minigrid'})
-    plans = [runner.on_observation(ep, seq, obs(0.5, 4), False) for ep, seq in [(0, 0), (0, 1), (1, 0)]]
+    plans = [runner.on_observation(ReceivedObservation(ep, seq, obs(0.5, 4))) for ep, seq in [(0, 0), (0, 1), (1, 0)]]
     assert all(plan is not None and len(plan) == 1 and 0 <= plan[0] < 3 for plan in plans)
 
 
 def test_wrong_observation_size_is_refused() -> None:
     runner = PolicyRunner(RecordingAgent(2), {})
     with pytest.raises(ValueError, match='3 values, the policy expects 2'):
-        runner.on_observation(0, 0, obs(0, 3), False)
+        runner.on_observation(ReceivedObservation(0, 0, obs(0, 3)))
 
 
 def test_from_checkpoint_round_trip(tmp_path) -> None:
@@ -106,7 +108,7 @@ def test_from_checkpoint_round_trip(tmp_path) -> None:
     save_checkpoint(tmp_path / 'ckpt', agent, {'env': 'cartpole', 'representation': {'frames': 2, 'actions': 3}})
     runner = PolicyRunner.from_checkpoint(tmp_path / 'ckpt')
     assert (runner.env, runner.obs_size, runner.deterministic) == ('cartpole', 4, True)
-    assert runner.on_observation(0, 0, obs(0.1, 4), False) is not None
+    assert runner.on_observation(ReceivedObservation(0, 0, obs(0.1, 4))) is not None
 
 
 @pytest.mark.parametrize('meta, match', [

@@ -11,6 +11,7 @@ from calf_agent.policy_runner import PolicyRunner
 from calf_agent.representation import HistoryFeatures, HistoryWrapper, ObsFacts, Representation, remembered_actions
 from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
+from calf_core.timing import ReceivedObservation
 
 
 def test_default_representation_is_unchanged() -> None:
@@ -95,8 +96,9 @@ def test_the_policy_node_builds_the_training_features() -> None:
         terminated = truncated = False
         while not (terminated or truncated):
             newest = features[2 * 4:3 * 4]  # the raw observation: the last frame of the stack
-            action = runner.on_observation(episode, info['obs_seq'], newest, False, 0, info['applied_obs_seq'],
-                                           info['applied_index'])
+            action = runner.on_observation(ReceivedObservation(
+                episode, info['obs_seq'], newest, applied_obs_seq=info['applied_obs_seq'],
+                applied_index=info['applied_index']))
             inputs.append(features)
             features, _, terminated, truncated, info = env.step(action[0])
     assert len(inputs) > 50 and any(f[-1] == 1.0 for f in inputs) and any(f[-3] > 0 for f in inputs)

@@ -22,6 +22,7 @@ from calf_agent.training import train
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
 from calf_core.task_spec import spec_from_mapping
+from calf_core.timing import ReceivedObservation
 
 
 def make_actor(low: tuple[float, ...] = (-2.0, 0.0), high: tuple[float, ...] = (2.0, 1.0)) -> SacActor:
@@ -148,7 +149,7 @@ def test_a_sac_checkpoint_round_trips_through_the_runner_and_the_sim_evaluation(
     check_action_space(agent, gym.make('Pendulum-v1').action_space, 'Pendulum-v1')
     runner = PolicyRunner(agent, meta)
     assert runner.continuous and runner.obs_size == 3 and runner.action_description.startswith('continuous')
-    plan = runner.on_observation(0, 0, np.float32([1.0, 0.0, 0.0]), False)
+    plan = runner.on_observation(ReceivedObservation(0, 0, np.float32([1.0, 0.0, 0.0])))
     assert plan.shape == (1, 1) and -2.0 <= plan[0, 0] <= 2.0
     reports = [evaluate_sim(tmp_path, load_profile('wifi_normal'), episodes=3, seed=7) for _ in range(2)]
     assert reports[0]['episodes'] == 3 and all(np.isfinite(reports[0]['returns']))

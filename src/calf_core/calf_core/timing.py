@@ -38,7 +38,7 @@ from calf_core.errors import ConfigError
 from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
 __all__ = ['AppliedAction', 'BoxBounds', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate',
-           'PlanExecutor', 'Stepper', 'TaskActions', 'Verdict', 'element_for_tick', 'held_noop', 'keep_newest',
+           'PlanExecutor', 'ReceivedObservation', 'Stepper', 'TaskActions', 'Verdict', 'element_for_tick', 'held_noop', 'keep_newest',
            'task_actions']
 
 
@@ -231,6 +231,32 @@ def applied_facts(record: ObsRecord) -> tuple[int, int]:
     ``(-1, -1)`` for the reset observation."""
     applied = record.applied
     return (-1, -1) if applied is None else (applied.plan_seq, applied.index)
+
+
+class ReceivedObservation(NamedTuple):
+    """One observation as a policy receives it: the ``Observation`` message's fields, validated
+    (``calf_ros.conversions.msg_to_obs``), handed whole to the policy side (``PolicyRunner``)."""
+
+    episode: int
+    seq: int
+    obs: np.ndarray
+    terminated: bool = False
+    truncated: bool = False
+    run: int = 0  # id of the env run: a new value means the env side restarted
+    stamp_ns: int = 0  # the env-side time of the tick
+    applied_obs_seq: int = -1  # which plan and element the tick applied (see applied_facts)
+    applied_index: int = -1
+
+    @property
+    def ended(self) -> bool:
+        """The episode ended at this observation (terminated or truncated)."""
+        return self.terminated or self.truncated
+
+    @classmethod
+    def of(cls, record: ObsRecord, run: int = 0) -> ReceivedObservation:
+        """``record`` as the policy receives it, with nothing lost on the way (virtual time)."""
+        return cls(record.episode, record.seq, record.obs, record.terminated, record.truncated, run,
+                   round(record.stamp_s * 1e9), *applied_facts(record))
 
 
 @dataclass

@@ -13,20 +13,8 @@ from builtin_interfaces.msg import Time
 
 from calf_core.errors import MessageError
 from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON, saturate
-from calf_core.timing import EpisodeSummary, ObsRecord, applied_facts
+from calf_core.timing import EpisodeSummary, ObsRecord, ReceivedObservation, applied_facts
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
-
-
-class ReceivedObservation(NamedTuple):
-    run: int
-    episode: int
-    seq: int
-    obs: np.ndarray
-    stamp_ns: int
-    terminated: bool
-    truncated: bool
-    applied_obs_seq: int = -1
-    applied_index: int = -1
 
 
 class ReceivedAction(NamedTuple):
@@ -73,8 +61,8 @@ def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
     if not (-1 <= applied[0] < msg.seq and -1 <= applied[1] < MAX_PLAN_HORIZON):
         raise MessageError(f'observation seq {msg.seq}: applied_obs_seq {applied[0]} and applied_index {applied[1]} '
                            f'are not an earlier observation and a plan element (-1 for none)')
-    return ReceivedObservation(msg.run, msg.episode, msg.seq, data, time_ns(msg.header.stamp), msg.terminated,
-                               msg.truncated, *applied)
+    return ReceivedObservation(msg.episode, msg.seq, data, msg.terminated, msg.truncated, msg.run,
+                               time_ns(msg.header.stamp), *applied)
 
 
 def plan_to_msg(obs: ReceivedObservation, plan: Sequence[Any], source: str, compute_ms: float,

@@ -1,12 +1,16 @@
-"""calf_msgs/Action <-> plans: discrete and continuous plans survive the trip, bad ones are one-line errors."""
+"""calf_msgs/Action <-> plans: discrete and continuous plans survive the trip, bad ones are one-line errors;
+an Observation reaches a policy as the record virtual time hands it."""
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from calf_core.errors import MessageError
+from calf_core.task_spec import TaskSpec
+from calf_core.timing import ReceivedObservation, Stepper
 from calf_msgs.msg import Action
-from calf_ros.conversions import ReceivedObservation, msg_to_plan, plan_to_msg
+from calf_ros.conversions import msg_to_obs, msg_to_plan, obs_to_msg, plan_to_msg
 
 OBS = ReceivedObservation(run=1, episode=2, seq=7, obs=np.zeros(3, np.float32), stamp_ns=0, terminated=False,
                           truncated=False)
@@ -38,3 +42,19 @@ def test_malformed_continuous_actions_are_refused(values: list, dim: int, shape:
     msg = Action(obs_seq=3, continuous=values, continuous_dim=dim)
     with pytest.raises(MessageError, match=message):
         msg_to_plan(msg, 2, shape)
+
+
+def test_a_policy_receives_over_dds_the_record_virtual_time_hands_it() -> None:
+    """msg_to_obs(obs_to_msg(record)) is ReceivedObservation.of(record), field for field: what PolicyRunner
+    reads is the same in both worlds (placement_sim passes .of, the policy node the message's record)."""
+    env = Stepper(gym.make('CartPole-v1'), TaskSpec(name='cartpole', env='CartPole-v1', dt=0.02))
+    records = [env.reset(0.0, seed=0)]
+    assert env.on_action(0, 0, [1, 0], 0.01).value == 'accepted'
+    records += [env.tick(0.02 * k) for k in range(1, 5)]  # the plan's two elements, then held ticks
+    for record in records:
+        live = msg_to_obs(obs_to_msg(record, round(record.stamp_s * 1e9), run=3), 4)
+        sim = ReceivedObservation.of(record, run=3)
+        assert live._replace(obs=None) == sim._replace(obs=None)
+        np.testing.assert_array_equal(live.obs, sim.obs)
+    assert [(r.applied_obs_seq, r.applied_index) for r in map(ReceivedObservation.of, records)] == [
+        (-1, -1), (0, 0), (0, 1), (0, -1), (0, -1)]

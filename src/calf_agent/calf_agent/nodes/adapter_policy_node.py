@@ -16,6 +16,7 @@ from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner
 from calf_core.errors import ConfigError, MessageError
+from calf_core.timing import ReceivedObservation
 from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
 from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
@@ -69,7 +70,7 @@ class AdapterPolicyNode(Node):
             self.get_logger().warning(f'rejected observation ({self.rejected} so far): {err}',
                                       throttle_duration_sec=1.0)
             return
-        plan = self.runner.on_observation(0, seq, obs, False)
+        plan = self.runner.on_observation(ReceivedObservation(0, seq, obs))
         if plan is None:
             return
         action = self.config.adapter.action.encode(plan[0])

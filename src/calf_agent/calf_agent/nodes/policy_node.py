@@ -77,8 +77,7 @@ class PolicyNode(Node):
                                       throttle_duration_sec=1.0)
             return
         seen = sum(self.runner.anomalies.values())
-        plan = self.runner.on_observation(obs.episode, obs.seq, obs.obs, obs.terminated or obs.truncated,
-                                          obs.run, obs.applied_obs_seq, obs.applied_index)
+        plan = self.runner.on_observation(obs)
         if sum(self.runner.anomalies.values()) != seen:
             self.get_logger().warning(f'unexpected observation run {obs.run} episode {obs.episode} (a restarted env, '
                                       f'or another publisher on the domain); so far: {self.runner.anomalies}',
