@@ -28,7 +28,7 @@ import yaml
 
 from calf_agent.hierarchy import load_hierarchy
 from calf_bringup.discovery import PEERS_PREFIX, parse_peers, write_static_peers
-from calf_bringup.run_options import CLEAN_NETWORK, IMPAIR, RunOptions
+from calf_bringup.run_options import CLEAN_NETWORK, IMPAIR, RunOptions, node_parameters
 from calf_core.errors import ConfigError
 from calf_core.yaml_files import read_json
 
@@ -91,12 +91,8 @@ def impair_graph(options: RunOptions) -> list[NodeSpec]:
     ``trace_bag`` names a new bag that records every relayed message's delay or loss.
     """
     assert options.config is not None  # RunOptions.validate
-    params: dict[str, Any] = {'config': str(options.config.resolve()), 'seed': options.seed,
-                              'time_scale': options.time_scale}
-    if options.trace_bag:
-        params['trace_bag'] = str(options.trace_bag.resolve())
-    return [NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', NAMESPACE, params, [], 'edge',
-                     discovery_env(options.discovery))]
+    return [NodeSpec('calf_shim', 'generic_shim_node', 'generic_shim', NAMESPACE,
+                     node_parameters(options, 'generic_shim'), [], 'edge', discovery_env(options.discovery))]
 
 
 def discovery_env(discovery: str | None) -> dict[str, str]:
@@ -154,22 +150,16 @@ def checkpoint_start_plan(policy: str | Path) -> tuple[int, ...]:
 
 def _env_node(options: RunOptions, extra_env: dict[str, str], start_plan: tuple[int, ...]) -> NodeSpec:
     topics = ('observation', 'action', 'episode_result', 'link_stats')
-    params: dict[str, Any] = {'env': options.env, 'seed': options.seed, 'time_scale': options.time_scale,
-                              'episodes': options.episodes}
-    if start_plan:
+    params = node_parameters(options, 'env')
+    if start_plan:  # the option's, else the checkpoint's (build_graph)
         params['start_plan'] = list(start_plan)
-    if not options.wait_for_policy:
-        params['wait_for_policy'] = False
-    if options.policy_timeout:
-        params['policy_timeout_s'] = options.policy_timeout
     return NodeSpec('calf_env', 'env_node', 'env', NAMESPACE, params,
                     [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', dict(extra_env))
 
 
 def _shim_node(options: RunOptions, extra_env: dict[str, str], remappings: list[tuple[str, str]]) -> NodeSpec:
-    return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE,
-                    {'network': options.network, 'seed': options.seed, 'time_scale': options.time_scale},
-                    remappings, 'edge', dict(extra_env))
+    return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE, node_parameters(options, 'shim'), remappings, 'edge',
+                    dict(extra_env))
 
 
 def _policy_nodes(options: RunOptions, with_shim: bool, extra_env: dict[str, str]) -> list[NodeSpec]:
@@ -200,7 +190,7 @@ def _hierarchy_nodes(options: RunOptions, with_shim: bool, extra_env: dict[str, 
         raise ConfigError(f'the hierarchy at {options.policy} is for {hierarchy.env}, not {options.env}: pass '
                           f'{options.spell("env", hierarchy.env)}')
     nodes = [NodeSpec('calf_agent', 'arbiter_node', 'arbiter', NAMESPACE,
-                      {'hierarchy': str(hierarchy.root), 'time_scale': options.time_scale},
+                      {'hierarchy': str(hierarchy.root), **node_parameters(options, 'arbiter')},
                       [('observation', EDGE['observation']), ('candidates', CANDIDATES), ('action', EDGE['action'])],
                       'edge', dict(extra_env))]
     for sub in hierarchy.subpolicies:

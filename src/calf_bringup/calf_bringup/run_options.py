@@ -1,5 +1,7 @@
-"""The run options of a node graph, declared once: ``calf run``'s flags, the launch files' arguments
-and the graph builder's input all come from ``OPTIONS``, and ``RunOptions`` validates them once.
+"""The run options of a node graph, declared once: ``calf run``'s flags, the launch files' arguments,
+the graph builder's input and the node parameters it forwards (``node_parameters``) all come from
+``OPTIONS``, and ``RunOptions`` validates them once. A run flag that a node reads is one row here
+(``to``: which node parameter it becomes) and one row of that node's ``PARAMETERS``.
 
 Pure: no rclpy and no launch. Each option is written as text (a launch argument, a command-line
 value) and parsed by its row's parser. Errors name the option as the interface in use spells it:
@@ -70,7 +72,8 @@ def _start_plan(text: str) -> tuple[int, ...] | None:
 
 class Option(NamedTuple):
     """One run option: its name (the launch argument; ``--name-with-dashes`` on the command line),
-    its default as text, the parser of that text, its help, and the runs it applies to."""
+    its default as text, the parser of that text, its help, the runs it applies to, and the node
+    parameters it is forwarded as (``node.parameter``, the node by its name in the graph)."""
 
     name: str
     default: str
@@ -78,19 +81,23 @@ class Option(NamedTuple):
     help: str
     runs: tuple[str, ...] = (NODES,)
     replaced_by: str = ''  # a deprecated name: the option that replaces it
+    to: tuple[str, ...] = ()  # e.g. ('env.seed', 'shim.seed'): the parameters it sets
+    always: bool = True  # forwarded at its default too; False: only when given, so the node's default applies
 
 
 OPTIONS: tuple[Option, ...] = (
     Option('role', 'all', str, 'edge (env, plus the shim when there is a network), desktop (policy) or all'),
-    Option('network', CLEAN_NETWORK, str, 'network profile name, YAML path or trace bag for the shim'),
+    Option('network', CLEAN_NETWORK, str, 'network profile name, YAML path or trace bag for the shim',
+           to=('shim.network',)),
     Option('policy', '', _optional_path, 'checkpoint directory from calf train (needed unless the role is edge)'),
     Option('env', 'cartpole', _env, 'task: cartpole, minigrid, a gymnasium id such as Pendulum-v1, '
-                                    'package.module:callable, or a task spec file (.yaml)'),
-    Option('seed', '0', int, 'seed of the env resets and of the network models', (NODES, SHIM)),
+                                    'package.module:callable, or a task spec file (.yaml)', to=('env.env',)),
+    Option('seed', '0', int, 'seed of the env resets and of the network models', (NODES, SHIM),
+           to=('env.seed', 'shim.seed', 'generic_shim.seed')),
     Option('time_scale', '1.0', float, 'run this many times faster than real time (scales dt and every delay)',
-           (NODES, SHIM)),
+           (NODES, SHIM), to=('env.time_scale', 'shim.time_scale', 'generic_shim.time_scale', 'arbiter.time_scale')),
     Option('episodes', '0', int, 'episodes played with a policy before the env node exits, and the run with it; '
-                                 '0 runs until stopped'),
+                                 '0 runs until stopped', to=('env.episodes',)),
     Option('placement', 'flat_desktop', str, 'where the policy runs: flat_desktop (across the network), flat_edge '
                                              '(beside the env) or hierarchical (policy: a calf train-hierarchy '
                                              'directory)'),
@@ -100,9 +107,11 @@ OPTIONS: tuple[Option, ...] = (
                                           'the initial action'),
     Option('wait_for_policy', 'true', _boolean, 'count no episode before a policy answers (the env ticks uncounted '
                                                 'warm-up episodes until the first action); false counts from the '
-                                                'first tick, for a robot that must tick from power-on'),
+                                                'first tick, for a robot that must tick from power-on',
+           to=('env.wait_for_policy',), always=False),
     Option('policy_timeout', '0', float, 'the env node gives up (exits 1) when no action arrived this many seconds '
-                                         'after its first observation; 0 waits forever'),
+                                         'after its first observation; 0 waits forever',
+           to=('env.policy_timeout_s',), always=False),
     Option('respawn', 'false', _boolean, 'start a node that fails (exit code other than 0, or killed) again, so that '
                                          'the others keep running; a node that finishes with code 0 still ends the '
                                          'run. false: any node that exits stops them all', (NODES, SHIM)),
@@ -111,9 +120,10 @@ OPTIONS: tuple[Option, ...] = (
     Option('respawn_retries', '5', int, 'restarts allowed per node (with respawn); one more failure stops the run',
            (NODES, SHIM)),
     Option('config', '', _optional_path, 'relay config YAML: the topics to impair '
-                                         '(see calf_bringup/config/impair_cmd_vel.yaml)', (SHIM,)),
+                                         '(see calf_bringup/config/impair_cmd_vel.yaml)', (SHIM,),
+           to=('generic_shim.config',)),
     Option('trace_bag', '', _optional_path, 'record every relayed message (delay or loss) into this new rosbag2 '
-                                            'directory; empty: off', (SHIM,)),
+                                            'directory; empty: off', (SHIM,), to=('generic_shim.trace_bag',)),
     Option('domain_id', '', _domain_id, 'ROS_DOMAIN_ID of every node; empty: inherited', (NODES, SHIM)),
     Option('discovery', '', _optional_text, 'localhost, subnet, off, system_default, a Fast DDS XML profile, or '
                                             'peers:IP,IP,... (static peers, no multicast: for Wi-Fi); empty: '
@@ -245,6 +255,22 @@ def _parse(interface: str, option: Option, text: str) -> Any:
     except ValueError as err:
         reason = {int: 'not an integer', float: 'not a number'}.get(option.parse, str(err))
         raise ConfigError(f'bad {spell(interface, option.name, text)}: {reason}') from None
+
+
+def node_parameters(options: RunOptions, node: str) -> dict[str, Any]:
+    """The parameters of ``node`` (its name in the graph: env, shim, generic_shim, arbiter) that run options
+    set, in table order: every option whose ``to`` names it, but an unset one (None) or, for ``always=False``,
+    one at its default. Paths are forwarded resolved, tuples as lists."""
+    params: dict[str, Any] = {}
+    for option in OPTIONS:
+        for target in option.to:
+            owner, _, param = target.partition('.')
+            value = getattr(options, option.name)
+            if owner != node or value is None or (not option.always and value == option.parse(option.default)):
+                continue
+            params[param] = str(value.resolve()) if isinstance(value, Path) else \
+                list(value) if isinstance(value, tuple) else value
+    return params
 
 
 def launch_arguments(run: str) -> tuple[tuple[str, str, str], ...]:

@@ -311,7 +311,7 @@ def test_impair_is_the_generic_shim_alone_with_an_absolute_config() -> None:
                             {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'SUBNET'})
     assert command_line(shim, '/ws/install') == [
         '/ws/install/calf_shim/lib/calf_shim/generic_shim_node', '--ros-args', '-r', '__node:=generic_shim',
-        '-r', '__ns:=/calf', '-p', f'config:={IMPAIR_CONFIG}', '-p', 'seed:=7', '-p', 'time_scale:=2.0']
+        '-r', '__ns:=/calf', '-p', 'seed:=7', '-p', 'time_scale:=2.0', '-p', f'config:={IMPAIR_CONFIG}']  # table order
 
 
 @pytest.mark.parametrize('config, message', [
@@ -368,3 +368,21 @@ def test_calf_run_refuses_a_continuous_policy_for_a_discrete_env(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith('calf run: error: a continuous policy (1 values) cannot act in cartpole, whose actions '
                           'are Discrete(2)') and err.count('\n') == 1
+
+
+def test_every_forwarded_option_is_a_parameter_its_node_declares() -> None:
+    """OPTIONS' ``to`` names each node by its name in the graph and a parameter of that node's table."""
+    from calf_agent.nodes import arbiter_node
+    from calf_env import env_config
+    from calf_shim import generic_shim_node, shim_node
+
+    tables = {'env': {'env', *env_config.PARAMETERS},  # env is declared first: dt's default follows it
+              'shim': set(shim_node.PARAMETERS), 'generic_shim': set(generic_shim_node.PARAMETERS),
+              'arbiter': set(arbiter_node.PARAMETERS)}
+    targets = [target.partition('.') for option in OPTIONS for target in option.to]
+    assert {node for node, _, _ in targets} == set(tables)
+    assert [f'{node}.{param}' for node, _, param in targets if param not in tables[node]] == []
+    options = RunOptions.of('sim_net', network='delay_only', policy='/ckpt', seed=7, time_scale=4.0)
+    assert [spec.parameters for spec in build_graph(options)[:2]] == [
+        {'env': 'cartpole', 'seed': 7, 'time_scale': 4.0, 'episodes': 0},
+        {'network': 'delay_only', 'seed': 7, 'time_scale': 4.0}]
