@@ -19,6 +19,7 @@ from calf_agent.hierarchy import PLACEMENTS
 from calf_core.envs import parse_start_plan, resolve_env_arg
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
+from calf_ros.run_params import SHARED
 from calf_shim.topic_relay_config import load_relay_config
 
 MODES = ('local_sim', 'sim_net', 'edge_sim')
@@ -92,10 +93,10 @@ OPTIONS: tuple[Option, ...] = (
     Option('policy', '', _optional_path, 'checkpoint directory from calf train (needed unless the role is edge)'),
     Option('env', 'cartpole', _env, 'task: cartpole, minigrid, a gymnasium id such as Pendulum-v1, '
                                     'package.module:callable, or a task spec file (.yaml)', to=('env.env',)),
-    Option('seed', '0', int, 'seed of the env resets and of the network models', (NODES, SHIM),
+    Option('seed', str(SHARED['seed'][0]), int, SHARED['seed'][1], (NODES, SHIM),
            to=('env.seed', 'shim.seed', 'generic_shim.seed')),
-    Option('time_scale', '1.0', float, 'run this many times faster than real time (scales dt and every delay)',
-           (NODES, SHIM), to=('env.time_scale', 'shim.time_scale', 'generic_shim.time_scale', 'arbiter.time_scale')),
+    Option('time_scale', str(SHARED['time_scale'][0]), float, SHARED['time_scale'][1], (NODES, SHIM),
+           to=('env.time_scale', 'shim.time_scale', 'generic_shim.time_scale', 'arbiter.time_scale')),
     Option('episodes', '0', int, 'episodes played with a policy before the env node exits, and the run with it; '
                                  '0 runs until stopped', to=('env.episodes',)),
     Option('placement', 'flat_desktop', str, 'where the policy runs: flat_desktop (across the network), flat_edge '

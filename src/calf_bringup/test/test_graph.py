@@ -28,9 +28,10 @@ from calf_bringup.graph import (
     impair_graph,
     param_text,
 )
-from calf_bringup.run_options import OPTIONS, RunOptions, launch_arguments
+from calf_bringup.run_options import OPTIONS, TABLE, RunOptions, launch_arguments
 from calf_bringup.runner import Respawn
 from calf_core.errors import ConfigError
+from calf_ros.run_params import SHARED
 
 ENV_REMAPS = [('observation', '/calf/edge/observation'), ('action', '/calf/edge/action'),
               ('episode_result', '/calf/edge/episode_result'), ('link_stats', '/calf/edge/link_stats')]
@@ -371,7 +372,8 @@ def test_calf_run_refuses_a_continuous_policy_for_a_discrete_env(tmp_path: Path,
 
 
 def test_every_forwarded_option_is_a_parameter_its_node_declares() -> None:
-    """OPTIONS' ``to`` names each node by its name in the graph and a parameter of that node's table."""
+    """OPTIONS' ``to`` names each node by its name in the graph and a parameter of that node's table; the
+    parameters shared by several nodes (seed, time_scale) are one row, calf_ros.run_params.SHARED."""
     from calf_agent.nodes import arbiter_node
     from calf_env import env_config
     from calf_shim import generic_shim_node, shim_node
@@ -382,6 +384,10 @@ def test_every_forwarded_option_is_a_parameter_its_node_declares() -> None:
     targets = [target.partition('.') for option in OPTIONS for target in option.to]
     assert {node for node, _, _ in targets} == set(tables)
     assert [f'{node}.{param}' for node, _, param in targets if param not in tables[node]] == []
+    node_tables = (env_config.PARAMETERS, shim_node.PARAMETERS, generic_shim_node.PARAMETERS, arbiter_node.PARAMETERS)
+    for name, row in SHARED.items():  # declared once: every node's row, the run option's default and help
+        assert all(table[name] is row for table in node_tables if name in table)
+        assert (TABLE[name].parse(TABLE[name].default), TABLE[name].help) == row
     options = RunOptions.of('sim_net', network='delay_only', policy='/ckpt', seed=7, time_scale=4.0)
     assert [spec.parameters for spec in build_graph(options)[:2]] == [
         {'env': 'cartpole', 'seed': 7, 'time_scale': 4.0, 'episodes': 0},

@@ -11,11 +11,11 @@ from calf_core.errors import ConfigError
 from calf_core.task_spec import Action
 from calf_ros.node_params import declare_parameters, positive_number
 from calf_ros.qos import STREAM, QosConfig
+from calf_ros.run_params import shared
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'dt': (None, 'tick period of the task (seconds); default: its task spec\'s (cartpole 0.02, minigrid 0.1)'),
-    'time_scale': (1.0, 'divides dt, so that the graph runs this many times faster than real time'),
-    'seed': (0, 'seed of the first episode\'s reset; later episodes continue its random stream'),
+    **shared('time_scale', 'seed'),
     'episodes': (0, 'episodes to run before exiting; 0 runs forever'),
     'wait_for_subscriber': (True, 'start ticking only once observation has a subscriber'),
     'wait_for_policy': (True, 'count no episode before a policy answers: until the first action arrives, '

@@ -38,14 +38,14 @@ from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import QosConfig, mirror_qos
+from calf_ros.run_params import shared
 from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay
 from calf_shim.shim_base import Lane, ShimBase
 from calf_shim.topic_relay_config import Endpoint, RelayEntry, check_types, load_relay_config
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'config': ('', 'relay config YAML: a list of {in_topic, out_topic, type, direction, profile, qos}'),
-    'seed': (0, 'seed of the network models\' random generator (one child generator per entry)'),
-    'time_scale': (1.0, 'divides every model delay: release = receive + delay / time_scale'),
+    **shared('seed', 'time_scale'),  # one child generator per entry; release = receive + delay / time_scale
     'queue_capacity': (1000, 'messages in flight per entry; more are tail-dropped (dropped_queue)'),
     'queue_bytes': (DEFAULT_CAPACITY_BYTES, 'bytes in flight per entry; more are tail-dropped (dropped_queue)'),
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),

@@ -23,6 +23,7 @@ from calf_msgs.msg import Action, LinkStats, Observation
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import STREAM, QosConfig
+from calf_ros.run_params import shared
 from calf_shim.relay import DEFAULT_CAPACITY_BYTES, Relay
 from calf_shim.runtime_network import check_runtime_network
 from calf_shim.seq_gaps import GapEstimator, read_observation_ids
@@ -35,8 +36,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                 'may be changed at runtime'),
     'profile_dir': ('', 'directory whose profile YAMLs a runtime change of network may name (relative names '
                     'resolve inside it); empty: built-in profile names only'),
-    'seed': (0, 'seed of the network models\' random generator'),
-    'time_scale': (1.0, 'divides every model delay: release = receive + delay / time_scale'),
+    **shared('seed', 'time_scale'),  # release = receive + delay / time_scale
     'queue_capacity': (1000, 'messages in flight per direction; more are tail-dropped (dropped_queue)'),
     'queue_bytes': (DEFAULT_CAPACITY_BYTES, 'bytes in flight per direction; more are tail-dropped (dropped_queue)'),
     'edge_reliability': (STREAM.reliability, 'QoS reliability on edge/*: best_effort or reliable'),

@@ -25,10 +25,11 @@ from calf_ros.conversions import msg_to_obs
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters, positive_number
 from calf_ros.qos import STREAM, QosConfig
+from calf_ros.run_params import shared
 
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'hierarchy': ('', 'directory written by calf train-hierarchy (hierarchy.json: sub-policies, gating, timeout)'),
-    'time_scale': (1.0, 'divides the silence timeout, as the env node divides dt'),
+    **shared('time_scale'),
     'qos_reliability': (STREAM.reliability, 'QoS reliability of observation/candidates/action'),
     'qos_durability': (STREAM.durability, 'QoS durability of observation/candidates/action'),
     'qos_depth': (STREAM.depth, 'QoS history depth of observation/candidates/action'),
