@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from calf_core.errors import ConfigError
-from calf_core.timing import ObservationGate
+from calf_core.timing import ObservationGate, ReceivedObservation
 
 
 class Gate(Protocol):
@@ -160,17 +160,18 @@ class Arbiter:
     def episode(self) -> int:
         return self._obs_gate.episode
 
-    def on_observation(self, episode: int, seq: int, obs: np.ndarray, run: int = 0) -> str:
+    def on_observation(self, received: ReceivedObservation) -> str:
         """Gate on a newer observation (older ones are ignored); return the sub-policy wanted.
 
         A new ``run`` id (the env node restarted) starts a new episode, as a new episode number does.
         """
+        episode, seq, run = received.episode, received.seq, received.run
         new_episode = self._obs_gate.is_new_episode(episode) or run != self._obs_gate.run
         if self._obs_gate.admit(episode, seq, run):
             if new_episode:
                 self.gate.reset()
                 self._last_forwarded = -1
-            chosen = self.gate.choose(obs)
+            chosen = self.gate.choose(received.obs)
             if chosen not in self.sources:
                 raise ConfigError(f'the gate chose {chosen!r}, which is not one of {list(self.sources)}')
             self.wanted = chosen

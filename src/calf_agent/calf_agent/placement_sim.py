@@ -102,8 +102,8 @@ class HierarchySim:
 
     def _emit(self, record: ObsRecord, now_ns: int) -> None:
         """Observation ``record`` reaches the arbiter and the edge sub-policies now, the desktop later."""
-        self.arbiter.on_observation(record.episode, record.seq, record.obs)
         received = ReceivedObservation.of(record)
+        self.arbiter.on_observation(received)
         for name, runner in self.edge.items():
             plan = runner.on_observation(received)
             if plan is not None:

@@ -18,6 +18,7 @@ from calf_agent.arbiter import (
 )
 from calf_agent.subtasks import make_subtask_env
 from calf_core.errors import ConfigError
+from calf_core.timing import ReceivedObservation
 
 SOURCES = ('stabilise', 'recenter')
 TIMEOUT = 0.2
@@ -47,7 +48,7 @@ def run(arbiter: Arbiter, events: list[tuple]) -> list[tuple[str, int, str]]:
     out = []
     for kind, t, *rest in events:
         if kind == 'obs':
-            arbiter.on_observation(0, rest[0], rest[1])
+            arbiter.on_observation(ReceivedObservation(0, rest[0], rest[1]))
         else:
             decision = arbiter.on_action(rest[0], 0, rest[1], t)
             out.append((rest[0], rest[1], decision.reason.value))
@@ -80,11 +81,11 @@ def test_switching_follows_the_gate_on_an_exact_sequence() -> None:
 def test_a_silent_sub_policy_is_replaced_and_reported() -> None:
     arbiter = cartpole_arbiter()
     assert arbiter.silence_changes(0.0) == []  # everyone starts silent: nothing changed
-    arbiter.on_observation(0, 0, UP)
+    arbiter.on_observation(ReceivedObservation(0, 0, UP))
     assert arbiter.on_action('recenter', 0, 0, 0.00).forward
     assert arbiter.on_action('stabilise', 0, 1, 0.01).reason is Reason.INACTIVE
     assert arbiter.silence_changes(0.01) == [('stabilise', False), ('recenter', False)]
-    arbiter.on_observation(0, 5, UP)
+    arbiter.on_observation(ReceivedObservation(0, 5, UP))
     decision = arbiter.on_action('stabilise', 0, 5, TIMEOUT - 0.01)  # recenter spoke TIMEOUT - 0.01 ago
     assert decision.reason is Reason.INACTIVE and decision.active == 'recenter'
     decision = arbiter.on_action('stabilise', 0, 6, TIMEOUT + 0.01)  # now silent for longer than TIMEOUT
@@ -98,11 +99,11 @@ def test_a_silent_sub_policy_is_replaced_and_reported() -> None:
 
 def test_when_the_edge_sub_policy_dies_the_remote_one_drives_even_when_not_wanted() -> None:
     arbiter = cartpole_arbiter()
-    arbiter.on_observation(0, 0, OFF)
+    arbiter.on_observation(ReceivedObservation(0, 0, OFF))
     assert arbiter.on_action('stabilise', 0, 0, 0.0).forward
     assert arbiter.silence_changes(0.0) == [('stabilise', False)]
     assert not arbiter.on_action('recenter', 0, 1, 0.1).forward
-    arbiter.on_observation(0, 20, OFF)
+    arbiter.on_observation(ReceivedObservation(0, 20, OFF))
     decision = arbiter.on_action('recenter', 0, 19, 0.3)
     assert decision.forward and decision.active == 'recenter' and arbiter.wanted == 'stabilise'
     assert arbiter.silence_changes(0.3) == [('stabilise', True), ('recenter', False)]
@@ -110,15 +111,15 @@ def test_when_the_edge_sub_policy_dies_the_remote_one_drives_even_when_not_wante
 
 def test_episodes_and_unknown_sources() -> None:
     arbiter = cartpole_arbiter()
-    arbiter.on_observation(0, 0, UP)
+    arbiter.on_observation(ReceivedObservation(0, 0, UP))
     assert arbiter.on_action('recenter', 0, 9, 0.0).forward
-    arbiter.on_observation(1, 0, UP)  # new episode: sequence numbers start again
+    arbiter.on_observation(ReceivedObservation(1, 0, UP))  # new episode: sequence numbers start again
     assert arbiter.on_action('recenter', 0, 10, 0.01).reason is Reason.OTHER_EPISODE
     assert arbiter.on_action('recenter', 1, 0, 0.02).forward
     assert arbiter.on_action('planner', 1, 1, 0.03).reason is Reason.UNKNOWN_SOURCE
-    arbiter.on_observation(0, 7, OFF)  # an observation of an older episode does not gate
+    arbiter.on_observation(ReceivedObservation(0, 7, OFF))  # an observation of an older episode does not gate
     assert arbiter.wanted == 'recenter' and arbiter.episode == 1
-    arbiter.on_observation(0, 0, OFF, run=7)  # the env node restarted: its episode 0 is new
+    arbiter.on_observation(ReceivedObservation(0, 0, OFF, run=7))  # the env node restarted: its episode 0 is new
     assert arbiter.wanted == 'stabilise' and arbiter.episode == 0
     assert arbiter.on_action('stabilise', 0, 0, 0.04).forward  # nothing forwarded yet in this episode
 
@@ -169,6 +170,6 @@ def test_invalid_configurations_are_config_errors() -> None:
         make_arbiter('cartpole', SOURCES, 0.0)
     arbiter = make_arbiter('cartpole', ('stabilise', 'other'), TIMEOUT)
     with pytest.raises(ConfigError, match="the gate chose 'recenter'"):
-        arbiter.on_observation(0, 0, UP)
+        arbiter.on_observation(ReceivedObservation(0, 0, UP))
     assert make_gate('cartpole', {'angle_rad': 0.1}).params() == {'angle_rad': 0.1, 'angular_velocity_rad_s': 0.5}
     assert make_gate('minigrid').params() == {}

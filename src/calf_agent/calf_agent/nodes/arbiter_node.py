@@ -85,7 +85,7 @@ class ArbiterNode(Node):
             self.get_logger().warning(f'rejected observation ({self.rejected} so far): {err}',
                                       throttle_duration_sec=1.0)
             return
-        self.arbiter.on_observation(obs.episode, obs.seq, obs.obs, obs.run)
+        self.arbiter.on_observation(obs)
         self._log_silence(self._now_s())
 
     def _on_candidate(self, msg: Action) -> None:
