@@ -125,7 +125,7 @@ def test_an_int8_delta_beyond_the_kl_bound_is_sent_finer_then_as_a_snapshot(tmp_
         worker.receive(out.chunk, 0.0)
     assert (learner.deltas, learner.fine_deltas, learner.snapshots_for_kl) == (3, 1, 0)
     assert worker.version == learner.version and checksum(worker.agent.state_dict()) == checksum(sync.held)
-    monkeypatch.setattr(delta_module, 'INT8_FINE_LEVELS', delta_module.INT8_LEVELS)  # nothing finer to try
+    monkeypatch.setattr(delta_module, 'INT8_LADDER', (delta_module.INT8_LEVELS,))  # nothing finer to try
     learner._update(replace(learner.last_batch))
     learner.cfg = replace(learner.cfg, kl_bound=kls[0] / 1e6)
     for out in learner._weights_for('w0', sync):

@@ -4,8 +4,8 @@ The learner remembers, per worker, the state it last sent (as the worker holds i
 the tensors whose reduced value differs from that state. With ``fp16`` or ``bf16`` a float32 tensor
 travels cast to that type. With ``int8`` it travels as its difference from the held tensor, quantised to
 integers in [-L, L] times one float32 step per tensor (the largest difference over L; ``<name>#step`` in
-the delta): the worker adds ``q * step`` to what it holds. L is ``INT8_LEVELS``, or ``INT8_FINE_LEVELS``
-when the coarse delta would stray past the KL bound (``delta_levels``). What
+the delta): the worker adds ``q * step`` to what it holds. L is the first of ``INT8_LADDER`` whose delta keeps
+the worker's policy within the KL bound (``delta_levels``). What
 rounding leaves out is not lost: the next delta is taken against the state the worker then holds, so
 it carries the remainder (error feedback). Other dtypes travel as they are (the normaliser's float64
 statistics, integer buffers). The worker applies a delta only onto exactly its ``base_version`` and
@@ -29,8 +29,9 @@ INT8_LEVELS = 2
 """Largest quantised step of an ``int8`` difference: 5 levels, so that zstd packs a value into about 2.5
 bits (CartPole: 12x fewer bytes per delta than a float32 snapshot, 15 levels gave 8x); the remainder
 rides on the next delta, and the KL bound holds the worker's policy to the learner's."""
-INT8_FINE_LEVELS = 127
-"""L of the finer int8 delta the learner tries before a snapshot when the coarse one strays past the bound."""
+INT8_LADDER = (INT8_LEVELS, 7, 127)
+"""The levels L the learner tries in turn, each finer delta only when the coarser one strays past the KL
+bound, before a snapshot."""
 STEP = '#step'
 """Suffix of the name under which an ``int8`` difference's step travels."""
 
@@ -54,7 +55,7 @@ def _plus_steps(held: Tensor, q: Tensor, step: Tensor) -> Tensor:
 
 def delta_levels(precision: str) -> tuple[int, ...]:
     """The levels L to try in turn, coarsest first, before a snapshot (one entry: L is unused)."""
-    return (INT8_LEVELS, INT8_FINE_LEVELS) if precision == 'int8' else (INT8_LEVELS,)
+    return INT8_LADDER if precision == 'int8' else (INT8_LEVELS,)
 
 
 def make_delta(current: Mapping[str, Tensor], held: Mapping[str, Tensor], precision: str,
