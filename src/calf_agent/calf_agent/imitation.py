@@ -34,7 +34,7 @@ import torch
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.gaussian import GaussianAgent, acts_continuously
-from calf_agent.regimes import default_representation, delay_ticks
+from calf_agent.regimes import default_representation, delay_ticks, first_element
 from calf_agent.representation import (
     HistoryFeatures,
     Representation,
@@ -355,12 +355,6 @@ def _fit(student: GaussianAgent, optimizer: torch.optim.Optimizer, labels: Label
             losses.append(loss.item())
     return float(np.mean(losses)) if losses else math.nan
 
-
-
-def first_element(d: int, plan_horizon: int) -> int:
-    """The plan element that runs first behind a round trip of ``d`` ticks, rounded up: a plan answering tick
-    s's observation arrives after tick s + d - 1, so its element d - 1 runs at tick s + d."""
-    return min(max(d - 1, 0), plan_horizon - 1)
 
 
 def train_student(expert_dir: Path | str, env: str, network: str, seed: int, out_dir: Path,

@@ -14,7 +14,8 @@ indices) or a ``GaussianAgent`` (plans ``[B, H, A]``, clipped to the bounds). Th
 observed state, so the base acts on one plain observation.
 
 It learns or uses only what a deployment has: the base policy and the dynamics model learn from
-the simulator, ``lead`` is the training profile's p95 end-to-end latency in ticks, and the actions
+the simulator, ``lead`` is one less than the training profile's p95 round trip in ticks (the plan element
+that runs first when the plan is that late: ``regimes.first_element``), and the actions
 before the first plan are the env side's own (the task's safe start plan, which the checkpoint asks
 the env to run, or its start plan, initial action and hold rule).
 """

@@ -22,7 +22,7 @@ from calf_agent.evaluate import one_torch_thread
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.plan_agent import Action, BaseAgent, PlanningAgent
 from calf_agent.policies import MlpAgent
-from calf_agent.regimes import delay_ticks
+from calf_agent.regimes import delay_ticks, first_element
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
@@ -164,7 +164,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     start_plan, hold_action = env_fallbacks(spec, make_env(env).action_space)
     profile = resolve_network(network)
     if lead is None:
-        lead = min(delay_ticks(profile, spec.dt)[1], plan_horizon - 1)
+        lead = first_element(delay_ticks(profile, spec.dt)[1], plan_horizon)  # p95: the plan is there by then
     if not 0 <= lead < plan_horizon:
         raise ConfigError(f'the plan lead must be in [0, {plan_horizon}) for plan horizon {plan_horizon}, got {lead}')
     torch.manual_seed(seed)

@@ -46,6 +46,12 @@ def delay_ticks(profile: Profile, dt: float) -> tuple[int, int]:
     return _ticks(stats.p50_ms, dt), _ticks(stats.p95_ms, dt)
 
 
+def first_element(d: int, plan_horizon: int) -> int:
+    """The plan element that runs first behind a round trip of ``d`` ticks, rounded up (``delay_ticks``): a plan
+    answering tick s's observation arrives after tick s + d - 1, so its element d - 1 runs at tick s + d."""
+    return min(max(d - 1, 0), plan_horizon - 1)
+
+
 def _ticks(latency_ms: float, dt: float) -> int:
     return 0 if not latency_ms > 0 else math.ceil(latency_ms / (dt * 1e3) - 1e-9)
 

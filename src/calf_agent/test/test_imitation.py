@@ -12,8 +12,8 @@ import pytest
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.imitation import Expert, PlanRoller, StudentRollout, first_element, sim_state, train_student
-from calf_agent.regimes import delay_ticks, train_policy
+from calf_agent.imitation import Expert, PlanRoller, StudentRollout, sim_state, train_student
+from calf_agent.regimes import delay_ticks, first_element, train_policy
 from calf_agent.representation import HistoryFeatures, Representation
 from calf_core.envs import make_env, make_networked_env
 from calf_core.errors import ConfigError

@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'model (PPO on the bare env plus a learned dynamics model rolled forward; '
                              'the network sets the rollout lead); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
-                        help='model planner: ticks before a plan can arrive (default: the network\'s p95 E2E)')
+                        help='model planner: ticks before a plan can arrive (default: the network\'s p95 round trip in ticks, '
+                             'less one: the element that runs first then)')
     parser.add_argument('--ensemble', type=count(1, MAX_MEMBERS), metavar='K',
                         help='model planner: dynamics models in the ensemble; plans follow their mean and are cut '
                              'where they disagree (default 5)')
