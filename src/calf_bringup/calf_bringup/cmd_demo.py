@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from calf_agent.evaluate import evaluate_sim
-from calf_agent.planner import train_planner
+from calf_agent.planner import SINGLE_MODEL, train_planner
 from calf_agent.regimes import regime_profile, train_policy
 from calf_bringup.cli_args import MAX_EPISODES, count
 from calf_bringup.ros_eval import evaluate_ros
@@ -56,7 +56,8 @@ def train(regime: str, out: Path) -> None:
     """Train the demo's ``regime`` policy (or the planner over the baseline) into ``out / regime``."""
     if regime == PLANS:
         print(f'[demo] fitting a dynamics model for plans of {PLAN_HORIZON} actions over the baseline policy')
-        train_planner(out / 'baseline', out / PLANS, regime_profile('full'), PLAN_HORIZON, seed=0)
+        train_planner(out / 'baseline', out / PLANS, regime_profile('full'), PLAN_HORIZON, seed=0,
+                      cfg=SINGLE_MODEL)  # CartPole's dynamics need no ensemble: minutes less
         return
     steps = DEMO_REGIMES[regime]
     print(f'[demo] training the {regime} policy under {regime_profile(regime)} ({steps} steps)')
