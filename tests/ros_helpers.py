@@ -1,6 +1,7 @@
 """Helpers for tests that talk over DDS: private contexts and waiting on events, never on sleeps."""
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,3 +70,9 @@ def untrained_cartpole_policy(out: Path) -> Path:
     """A freshly initialised CartPole MLP policy saved in ``out``, for tests about nodes, not learning."""
     torch.manual_seed(0)
     return save_checkpoint(out, MlpAgent(4, 2), {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0}})
+
+
+def sigint_as_in_a_terminal() -> None:
+    """A child's ``preexec_fn``: SIGINT at its default, as in a shell. A test run started in the background
+    ignores SIGINT, children inherit that, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ros_helpers import PrivateNode, untrained_cartpole_policy
+from ros_helpers import PrivateNode, sigint_as_in_a_terminal, untrained_cartpole_policy
 from std_msgs.msg import String
 
 from calf_bringup.launch_tools import missing_launch_tools
@@ -43,7 +43,7 @@ class Launch:
         self.log = tmp_path / f'{launch_file}.{len(list(tmp_path.glob("*.log")))}.log'
         with self.log.open('w') as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, preexec_fn=_as_from_a_terminal)
+                                            start_new_session=True, preexec_fn=sigint_as_in_a_terminal)
 
     def wait(self, timeout_s: float = TIMEOUT_S) -> int:
         """Its exit code; on a timeout the whole session is killed and the test fails with the output."""
@@ -79,12 +79,6 @@ class Launch:
         except ProcessLookupError:
             pass
         self.process.wait()
-
-
-def _as_from_a_terminal() -> None:
-    """SIGINT at its default, as in a shell: a test run started in the background ignores it, and children
-    inherit that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture

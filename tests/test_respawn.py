@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ros_helpers import PrivateNode, untrained_cartpole_policy
+from ros_helpers import PrivateNode, sigint_as_in_a_terminal, untrained_cartpole_policy
 
 from calf_bringup.launch_tools import missing_launch_tools
 from calf_msgs.msg import Action, Observation
@@ -70,7 +70,7 @@ class CalfRun:
         argv = [sys.executable, '-m', 'calf_bringup.cli', 'run', 'sim_net', '--policy', str(checkpoint),
                 '--network', 'wifi_normal', '--time-scale', SCALE, '--respawn', 'true', '--respawn-delay', '0.5']
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, preexec_fn=sigint_as_in_a_terminal)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout or ()), daemon=True)
         self.reader.start()
