@@ -23,7 +23,7 @@ from calf_agent.bpql import BeliefReplay, SemiMdp
 from calf_agent.normalize import RunningNorm
 from calf_agent.representation import HistoryWrapper, Representation
 from calf_agent.sac import SacActor, SacLearner
-from calf_agent.sac_training import CSV_FIELDS, LOG_EVERY, build_actor, progress_row
+from calf_agent.sac_training import CSV_FIELDS, LOG_EVERY, build_actor, explore, progress_row
 from calf_agent.seeding import seed_everything
 from calf_agent.trainer import Episodes, TrainConfig, TrainResult, finish, run_log
 from calf_core.errors import ConfigError
@@ -120,11 +120,7 @@ class _Loop:
         self.elapsed = time.perf_counter() - start
 
     def _explore(self, x: np.ndarray) -> np.ndarray:
-        """Actions in ``[-1, 1]``: uniform before ``learning_starts``, then sampled from the actor."""
-        if self.global_step < self.cfg.sac.learning_starts:
-            return self.rng.uniform(-1.0, 1.0, (len(x), self.actor.action_dim)).astype(np.float32)
-        with torch.inference_mode():
-            return self.actor.sample(self.actor.obs_norm(torch.from_numpy(x)))[0].numpy()
+        return explore(self.actor, x, self.global_step < self.cfg.sac.learning_starts, self.rng)
 
     def _update(self) -> dict[str, torch.Tensor]:
         """One gradient step on a batch: features by the actor's statistics, states by the critic's."""

@@ -53,6 +53,15 @@ def build_actor(obs_space: gym.Space, action_space: gym.Space, hidden: tuple[int
     return SacActor(int(obs_space.shape[0]), int(action_space.shape[0]), low, high, hidden)
 
 
+def explore(actor: SacActor, obs: np.ndarray, uniform: bool, rng: np.random.Generator) -> np.ndarray:
+    """Actions in ``[-1, 1]`` for raw ``obs`` ``[n, obs_dim]``: uniform (before ``learning_starts``), else sampled
+    from the actor."""
+    if uniform:
+        return rng.uniform(-1.0, 1.0, (len(obs), actor.action_dim)).astype(np.float32)
+    with torch.inference_mode():
+        return actor.sample(actor.obs_norm(torch.from_numpy(obs)))[0].numpy()
+
+
 class _Loop:
     """State of one run: acting, storing, updating and logging."""
 
@@ -104,11 +113,7 @@ class _Loop:
         self.elapsed = time.perf_counter() - start
 
     def _explore(self, obs: np.ndarray) -> np.ndarray:
-        """Actions in ``[-1, 1]``: uniform before ``learning_starts``, then sampled from the actor."""
-        if self.global_step < self.cfg.sac.learning_starts:
-            return self.rng.uniform(-1.0, 1.0, (len(obs), self.actor.action_dim)).astype(np.float32)
-        with torch.inference_mode():
-            return self.actor.sample(self.actor.obs_norm(torch.from_numpy(obs)))[0].numpy()
+        return explore(self.actor, obs, self.global_step < self.cfg.sac.learning_starts, self.rng)
 
     def _update(self) -> dict[str, torch.Tensor]:
         """One gradient step on a batch sampled from the buffer, observations normalised as now."""
