@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from calf_core.errors import ConfigError
+from calf_core.errors import ConfigError, shown
 
 REQUIRED = object()  # marks a key with no default
 MAX_DELAY_MS = 60_000.0  # one minute: any single delay, jitter or stall longer is refused
@@ -195,10 +195,10 @@ DIST_PARAMS = {'fixed': ('value',), 'uniform': ('low', 'high'), 'exponential': (
 def check_stage(spec: Any) -> dict[str, Any]:
     """Validate one stage spec ``{model: NAME, key: value, ...}``; return ``{key: value}`` with defaults."""
     if not isinstance(spec, dict) or 'model' not in spec:
-        raise ConfigError(f"stage spec must be a mapping with a 'model' key, got {short_repr(spec)}")
+        raise ConfigError(f"stage spec must be a mapping with a 'model' key, got {shown(spec)}")
     schema = STAGES.get(spec['model']) if isinstance(spec['model'], str) else None
     if schema is None:
-        raise ConfigError(f"unknown model {short_repr(spec['model'])} (available: {', '.join(sorted(STAGES))})")
+        raise ConfigError(f"unknown model {shown(spec['model'])} (available: {', '.join(sorted(STAGES))})")
     params = _check_keys(schema.model, schema.keys, {k: v for k, v in spec.items() if k != 'model'})
     rule = _RULES.get(schema.model)
     if rule is not None:
@@ -222,7 +222,7 @@ def _check_keys(owner: str, keys: Sequence[Key], given: dict[str, Any]) -> dict[
     by_name = {key.name: key for key in keys}
     for name in given:
         if name not in by_name:
-            raise ConfigError(f'{owner}: unknown key {short_repr(name)} (allowed: {", ".join(by_name)})')
+            raise ConfigError(f'{owner}: unknown key {shown(name)} (allowed: {", ".join(by_name)})')
     out = {}
     for key in keys:
         if key.name in given:
@@ -241,11 +241,11 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
         return _bounded(where, key, _number(where, value, key.unit))
     if kind == 'integer':
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ConfigError(f'{where} must be an integer ({key.unit}), got {short_repr(value)}')
+            raise ConfigError(f'{where} must be an integer ({key.unit}), got {shown(value)}')
         return int(_bounded(where, key, int(value)))
     if kind == 'boolean':
         if not isinstance(value, bool):
-            raise ConfigError(f'{where} must be true or false, got {short_repr(value)}')
+            raise ConfigError(f'{where} must be true or false, got {shown(value)}')
         return value
     if kind == 'series':
         return _series(where, key, value)
@@ -253,15 +253,15 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
         return _flags(where, value)
     if kind == 'string':
         if not isinstance(value, str):
-            raise ConfigError(f'{where} must be a string, got {short_repr(value)}')
+            raise ConfigError(f'{where} must be a string, got {shown(value)}')
         return value
     if kind == 'choice':
         if value not in key.choices:
-            raise ConfigError(f'{where} must be one of {", ".join(key.choices)}, got {short_repr(value)}')
+            raise ConfigError(f'{where} must be one of {", ".join(key.choices)}, got {shown(value)}')
         return value
     if kind == 'numbers':
         if not isinstance(value, list) or not value or len(value) > MAX_LIST:
-            raise ConfigError(f'{where} must be a non-empty list of numbers ({key.unit}), got {short_repr(value)}')
+            raise ConfigError(f'{where} must be a non-empty list of numbers ({key.unit}), got {shown(value)}')
         for i, item in enumerate(value):
             _bounded(f'{where}[{i}]', key, _number(f'{where}[{i}]', item, key.unit))
         return value
@@ -277,20 +277,20 @@ def _check_value(owner: str, key: Key, value: Any) -> Any:
             per = {d: _check_value(f'{owner}: reorder', Key(d, 'boolean', '-', ''), value.get(d, key.default))
                    for d in DIRECTION_KEYS}
             return per
-        raise ConfigError(f'{where} must be true, false or {{uplink: bool, downlink: bool}}, got {short_repr(value)}')
+        raise ConfigError(f'{where} must be true, false or {{uplink: bool, downlink: bool}}, got {shown(value)}')
     if kind == 'stages':
         if key.name == 'downlink' and value == 'same':
             return value
         if not isinstance(value, list) or len(value) > MAX_STAGES:
             raise ConfigError(f'{where} must be a list of at most {MAX_STAGES} stage specs'
-                              f'{" or same" if key.name == "downlink" else ""}, got {short_repr(value)}')
+                              f'{" or same" if key.name == "downlink" else ""}, got {shown(value)}')
         return value
     raise AssertionError(kind)
 
 
 def _number(where: str, value: Any, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ConfigError(f'{where} must be a finite number ({unit}), got {short_repr(value)}')
+        raise ConfigError(f'{where} must be a finite number ({unit}), got {shown(value)}')
     return float(value)
 
 
@@ -322,11 +322,11 @@ def _series(where: str, key: Key, value: Any) -> np.ndarray:
         array = value
     elif isinstance(value, list) and len(value) <= MAX_REPLAY_VALUES:
         if not all(isinstance(item, numbers.Real) and not isinstance(item, bool) for item in value):
-            raise ConfigError(f'{where} must be a list of numbers ({key.unit}), got {short_repr(value)}')
+            raise ConfigError(f'{where} must be a list of numbers ({key.unit}), got {shown(value)}')
         array = np.array(value, dtype=np.float64)
     else:
         raise ConfigError(f'{where} must be a list of at most {MAX_REPLAY_VALUES} numbers ({key.unit}) or one '
-                          f'string of them separated by spaces, got {short_repr(value)}')
+                          f'string of them separated by spaces, got {shown(value)}')
     if not 0 < array.size <= MAX_REPLAY_VALUES:
         raise ConfigError(f'{where} must hold 1 to {MAX_REPLAY_VALUES} values, got {array.size}')
     bad = np.flatnonzero(~((array >= key.low) & (array <= key.high)))  # NaN fails both
@@ -357,7 +357,7 @@ def _flags(where: str, value: Any) -> np.ndarray:
     if isinstance(value, list) and len(value) <= MAX_REPLAY_VALUES and all(isinstance(v, bool) for v in value):
         return np.array(value, dtype=bool)
     raise ConfigError(f'{where} must be a list of at most {MAX_REPLAY_VALUES} true/false or one string of 0 and '
-                      f'1 characters, got {short_repr(value)}')
+                      f'1 characters, got {shown(value)}')
 
 
 def _distribution(where: str, key: Key, value: Any) -> dict[str, Any]:
@@ -366,7 +366,7 @@ def _distribution(where: str, key: Key, value: Any) -> dict[str, Any]:
         return {'dist': 'fixed', 'value': _bounded(where, key, _number(where, value, key.unit))}
     dist = value.get('dist')
     if dist not in DIST_PARAMS:
-        raise ConfigError(f'{where}: dist must be one of {", ".join(DIST_KINDS)}, got {short_repr(dist)}')
+        raise ConfigError(f'{where}: dist must be one of {", ".join(DIST_KINDS)}, got {shown(dist)}')
     scale = Key('', 'number', key.unit, '', low=key.low, high=key.high)
     keys = tuple(SIGMA if p == 'sigma' else replace(scale, name=p) for p in DIST_PARAMS[dist])
     params = _check_keys(f'{where} ({dist})', (Key('dist', 'string', '-', ''), *keys), value)
@@ -399,9 +399,9 @@ def _empirical_rule(params: dict[str, Any], given: set[str]) -> None:
         raise ConfigError(f'empirical_delay: bins_ms needs len(probs) + 1 edges, got {len(edges)} edges for '
                           f'{len(probs)} probs')
     if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ConfigError(f'empirical_delay: bins_ms must be strictly increasing, got {short_repr(edges)}')
+        raise ConfigError(f'empirical_delay: bins_ms must be strictly increasing, got {shown(edges)}')
     if sum(probs) <= 0.0:
-        raise ConfigError(f'empirical_delay: probs must have a positive sum, got {short_repr(probs)}')
+        raise ConfigError(f'empirical_delay: probs must have a positive sum, got {shown(probs)}')
 
 
 def _gilbert_elliott_rule(params: dict[str, Any], given: set[str]) -> None:
@@ -437,7 +437,7 @@ def check_shared_stage(spec: dict[str, Any]) -> None:
     """Refuse a stage a profile's ``shared`` list cannot run as one process in time (see SHARED_MODELS)."""
     if spec.get('model') == 'stall' or (spec.get('model') == 'gilbert_elliott' and 'mean_bad_ms' in spec):
         return
-    raise ConfigError(f'{short_repr(spec.get("model"))} cannot be shared: shared holds stall and gilbert_elliott '
+    raise ConfigError(f'{shown(spec.get("model"))} cannot be shared: shared holds stall and gilbert_elliott '
                       'in time (mean_good_ms, mean_bad_ms) stages, processes in time that hit both directions at '
                       'once; put other stages in uplink or downlink')
 
@@ -451,12 +451,6 @@ def _trace_rule(params: dict[str, Any], given: set[str]) -> None:
 
 _RULES = {'gamma_delay': _gamma_rule, 'empirical_delay': _empirical_rule, 'gilbert_elliott': _gilbert_elliott_rule,
           'stall': _stall_rule, 'trace_replay': _trace_rule}
-
-
-def short_repr(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters: an error line names a value without echoing a large one."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + '...'
 
 
 def _yaml(value: Any) -> str:

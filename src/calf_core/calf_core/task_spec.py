@@ -30,9 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from calf_core.errors import ConfigError
+from calf_core.errors import ConfigError, shown
 from calf_core.limits import MAX_ACTIONS, MAX_PLAN_HORIZON
-from calf_core.profile_schema import short_repr
 
 MIN_DT_S = 1e-4
 """Shortest tick period a spec may give (seconds)."""
@@ -92,7 +91,7 @@ class TaskSpec:
         if not (isinstance(self.dt, (int, float)) and not isinstance(self.dt, bool)
                 and MIN_DT_S <= self.dt <= MAX_DT_S):
             raise ConfigError(f'task {self.name}: dt must be a tick period in seconds in [{MIN_DT_S:g}, {MAX_DT_S:g}], '
-                              f'got {short_repr(self.dt)}')
+                              f'got {shown(self.dt)}')
         if self.hold is HoldMode.NOOP and self.noop_action is None:
             raise ConfigError(f'task {self.name}: hold noop needs a noop_action')
         if self.agent is not None and self.agent not in AGENTS:
@@ -131,14 +130,14 @@ def spec_from_mapping(data: Any, name: str, dt: float | None = None) -> TaskSpec
         plan = values.get(key) or []
         if not isinstance(plan, list) or len(plan) > MAX_PLAN_HORIZON:
             raise ConfigError(f'task spec {name}: {key} must be a list of at most {MAX_PLAN_HORIZON} actions, '
-                              f'got {short_repr(plan)}')
+                              f'got {shown(plan)}')
         values[key] = tuple(_action(a, key, name) for a in plan)
     keys = values.get('observation_keys')
     if keys is not None:
         if not (isinstance(keys, list) and len(keys) <= MAX_SPEC_LIST
                 and all(isinstance(k, str | int) and not isinstance(k, bool) for k in keys)):
             raise ConfigError(f'task spec {name}: observation_keys must be a list of at most {MAX_SPEC_LIST} '
-                              f'names or indices, got {short_repr(keys)}')
+                              f'names or indices, got {shown(keys)}')
         values['observation_keys'] = tuple(keys)
     values['imports'] = spec_imports(data, name)
     values['ppo'] = _ppo(values.get('ppo'), name)
@@ -156,7 +155,7 @@ def spec_imports(data: Mapping, name: str) -> tuple[str, ...]:
             and all(isinstance(m, str) and 0 < len(m) <= 200 for m in modules)):
         hint = f' such as [{modules}]' if isinstance(modules, str) and len(modules) <= 60 else ''
         raise ConfigError(f'task spec {name}: imports must be a list of at most {MAX_SPEC_LIST} module names'
-                          f'{hint}, got {short_repr(modules)}')
+                          f'{hint}, got {shown(modules)}')
     return tuple(modules)
 
 
@@ -185,7 +184,7 @@ def _action(value: Any, key: str, name: str | None) -> Action:
         return tuple(float(v) for v in value)
     where = f'task spec {name}: ' if name else ''
     raise ConfigError(f'{where}{key} must hold integer actions such as [0, 1] (at most {MAX_ACTIONS} in size) or '
-                      f'lists of at most {MAX_ACTIONS} finite numbers for continuous actions, got {short_repr(value)}')
+                      f'lists of at most {MAX_ACTIONS} finite numbers for continuous actions, got {shown(value)}')
 
 
 def _ppo(value: Any, name: str) -> tuple[tuple[str, float], ...]:
@@ -196,7 +195,7 @@ def _ppo(value: Any, name: str) -> tuple[tuple[str, float], ...]:
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             for k, v in value.items()):
         raise ConfigError(f'task spec {name}: ppo must map PPO settings to finite numbers, such as '
-                          f'{{ent_coef: 0.1}}, got {short_repr(value)}')
+                          f'{{ent_coef: 0.1}}, got {shown(value)}')
     return tuple(sorted((k, v) for k, v in value.items()))
 
 
