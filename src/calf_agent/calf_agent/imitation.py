@@ -189,12 +189,12 @@ class StudentRollout:
 
     The env reports every tick (``NetworkedEnv.tick_listener``): which plan element it applied, and the
     state it applied it in (the previous tick's observation, and the simulator's state then where it can
-    be restored). A decision is labelled once no later element of its plan can run: a newer plan was
-    applied, or the episode ended.
+    be restored, when ``whole_plans`` asks for it). A decision is labelled once no later element of its plan
+    can run: a newer plan was applied, or the episode ended.
     """
 
-    def __init__(self, env: NetworkedEnv, history: HistoryFeatures) -> None:
-        self.env, self.history = env, history
+    def __init__(self, env: NetworkedEnv, history: HistoryFeatures, whole_plans: bool = False) -> None:
+        self.env, self.history, self.whole_plans = env, history, whole_plans
         env.tick_listener = self._on_tick
         self._state: np.ndarray | None = None
         self._sim: SimState | None = None
@@ -211,7 +211,7 @@ class StudentRollout:
         if applied is not None and applied.index >= 0 and self._state is not None:
             self._applied.append((applied.plan_seq, applied.index, self._state, self._sim))
         self._state = self.state = record.obs
-        self._sim = sim_state(self.env.stepper.env)
+        self._sim = sim_state(self.env.stepper.env) if self.whole_plans else None
 
     def start(self, seed: int) -> None:
         self._state = self._sim = None
@@ -264,12 +264,13 @@ def distil(expert_dir: Path | str, env: str, profile: Profile, rep: Representati
         raise ConfigError(f'imitation trains continuous actions (a Box of shape (A,)); {env}\'s are {space}')
     obs_size = int(np.prod(envs[0].observation_space.shape))
     action_dim = int(space.shape[0])
-    rollouts = [StudentRollout(e, HistoryFeatures(rep, obs_size, action_dim, continuous=True)) for e in envs]
+    roller = PlanRoller(env) if plan_horizon > 1 and sim_state(envs[0].stepper.env) is not None else None
+    rollouts = [StudentRollout(e, HistoryFeatures(rep, obs_size, action_dim, continuous=True), roller is not None)
+                for e in envs]
     student = GaussianAgent(rep.feature_size(obs_size, action_dim), action_dim, space.low, space.high,
                             cfg.hidden, plan_horizon, log_std_init=-1.0)
     optimizer = torch.optim.Adam(student.actor_mean.parameters(), lr=cfg.learning_rate)
     labels = Labels(cfg.max_labels, student.obs_dim, plan_horizon, action_dim)
-    roller = PlanRoller(env) if plan_horizon > 1 and sim_state(envs[0].stepper.env) is not None else None
     per_round = math.ceil(cfg.total_steps / cfg.rounds)
     half_range = (space.high - space.low).astype(np.float32) / 2
     returns: list[float] = []

@@ -80,7 +80,8 @@ def test_a_rolled_plan_meets_the_states_the_env_meets() -> None:
 
 def test_whole_plans_are_labelled_from_their_first_applied_element_on() -> None:
     env = make_networked_env('InvertedPendulum-v5', load_profile('wifi_normal'), seed=2, plan_horizon=4)
-    rollout = StudentRollout(env, HistoryFeatures(Representation(frames=2, actions=2), 4, 1, continuous=True))
+    rollout = StudentRollout(env, HistoryFeatures(Representation(frames=2, actions=2), 4, 1, continuous=True),
+                             whole_plans=True)
     roller = PlanRoller('InvertedPendulum-v5')
     rollout.start(seed=5)
     rng, decisions = np.random.default_rng(0), []
@@ -100,6 +101,19 @@ def test_whole_plans_are_labelled_from_their_first_applied_element_on() -> None:
         rolled = dict(zip(decision.elements, decision.states))
         for element, state in ran.items():
             np.testing.assert_allclose(rolled[element], state, atol=1e-4)
+
+
+def test_single_actions_take_no_simulator_snapshots() -> None:
+    env = make_networked_env('InvertedPendulum-v5', load_profile('wifi_normal'), seed=2)
+    rollout = StudentRollout(env, HistoryFeatures(Representation(frames=2, actions=2), 4, 1, continuous=True))
+    rollout.start(seed=5)
+    decisions = []
+    for _ in range(40):
+        ended = rollout.act(np.zeros(1, np.float32))
+        decisions += rollout.harvest(ended)
+        if ended:
+            rollout.start(seed=6)
+    assert decisions and all(d.start is None for d in decisions)  # no whole-plan labels: no snapshot per tick
 
 
 @pytest.mark.parametrize('network, expected', [('results/profiles/constant_2_ticks_50ms.yaml', 2),
