@@ -62,6 +62,7 @@ from calf_agent.dist.wire import (
     Traffic,
     TrajectoryBatch,
     WeightsMessage,
+    encode,
     shown,
     snapshot,
     split,
@@ -159,6 +160,8 @@ class Learner:
         self.last_batch: TrajectoryBatch | None = None
         self.accepted_steps = 0  # env steps of the batches queued (trained on or superseded)
         self.snapshots = self.deltas = self.snapshots_for_kl = self.fine_deltas = self.controls = 0
+        self.snapshot_bytes = 0  # what the weights messages sent would have cost as full snapshots
+        self._snapshot_size: tuple[int, int] = (-1, 0)  # (version, bytes of its snapshot frame)
         self.hellos_ignored = 0  # hellos of admitted workers that asked for nothing, or too soon
         self.received, self.sent = Traffic(), Traffic()
         self.workers: dict[str, WorkerSync] = {}
@@ -405,12 +408,21 @@ class Learner:
         self._message_id += 1
         chunks = split(self.sealer.encode(message), Kind.WEIGHTS, LEARNER, self._message_id, self.cfg.chunk_bytes)
         self.sent.sent(chunks)
+        self.snapshot_bytes += (self._snapshot_frame_bytes(worker_id) if message.base_version >= 0
+                                else sum(len(c.data) for c in chunks))
         reference = None
         if sync.probe is not None:
             self._shadow.load_state_dict(held)
             reference = self._params(self._shadow, sync.probe)
         sync.on_send(self.version, held, reference)
         return [Outgoing(worker_id, chunk) for chunk in chunks]
+
+    def _snapshot_frame_bytes(self, worker_id: str) -> int:
+        """Bytes of the current version as a full snapshot frame (encoded once per version)."""
+        if self._snapshot_size[0] != self.version:
+            full = snapshot(self.agent, self.version, self.run, worker_id, self.cfg.env_config)
+            self._snapshot_size = (self.version, len(encode(full, self.cfg.key, LEARNER, 0, 0)))
+        return self._snapshot_size[1]
 
     def _close_enough(self, result: dict[str, torch.Tensor]) -> bool:
         """Whether the policy holding ``result`` is closer than ``kl_bound`` to the learner's on its last batch
@@ -464,6 +476,7 @@ class Learner:
                 'wasted_fraction': round(self.wasted_fraction, 4),
                 'weights_messages': {'snapshots': self.snapshots, 'deltas': self.deltas,
                                      'snapshots_for_kl': self.snapshots_for_kl, 'fine_deltas': self.fine_deltas,
+                                     'bytes_as_snapshots': self.snapshot_bytes,
                                      'precision': self.cfg.precision},
                 'controls_sent': self.controls,
                 'lag_histogram': {('other_run' if k < 0 else str(k)): v for k, v in sorted(self.lags.items())},

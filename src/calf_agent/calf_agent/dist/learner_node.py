@@ -19,7 +19,7 @@ from rclpy.node import Node
 from rclpy.publisher import Publisher
 
 from calf_agent.dist.chunk_msgs import BATCH_TOPIC, WEIGHTS_PREFIX, chunk_to_msg, drain, msg_to_chunk
-from calf_agent.dist.delta import DEFAULT_PRECISION, PRECISIONS
+from calf_agent.dist.delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS
 from calf_agent.dist.key import KEY_ENV, load_key
 from calf_agent.dist.learner import MAX_WORKERS, Learner, LearnerConfig
 from calf_agent.dist.sync import DEFAULT_LAG_CAP, parse_sync
@@ -54,6 +54,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'resume': (False, 'continue from the checkpoint in out (weights, version, steps) if there is one'),
     'chunk_bytes': (16 * 1024, 'largest chunk of a weights message (bytes)'),
     'precision': (DEFAULT_PRECISION, f'precision of the tensors in weight deltas: {" or ".join(PRECISIONS)}'),
+    'kl_bound': (KL_BOUND, 'largest mean KL between the full and the reduced policy a delta may cause; above it a '
+                           'snapshot; 0: every weights message a full snapshot'),
     'flow_control': (True, 'pause workers whose batches the learner would supersede'),
     'key_file': ('', f'file of the key shared with the workers (calf train --workers writes OUT/dist.key); '
                      f'empty: the key in {KEY_ENV}'),
@@ -68,6 +70,8 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
     """The run the parameters ``p`` describe; ConfigError names a bad value."""
     if not p['out']:
         raise ConfigError('no checkpoint directory: pass -p out:=DIR')
+    if p['kl_bound'] < 0:
+        raise ConfigError(f"kl_bound must be >= 0, got {p['kl_bound']}")
     if min(p['steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes'], p['max_workers'],
            p['plan_horizon']) < 1 or p['num_steps'] < 0:
         raise ConfigError('steps, eval_every, eval_episodes, chunk_bytes, max_workers and plan_horizon must be >= 1, '
@@ -92,7 +96,7 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
                          eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
                          stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'],
                          key=load_key(p['key_file']), max_workers=p['max_workers'], precision=p['precision'],
-                         flow_control=p['flow_control'])
+                         flow_control=p['flow_control'], kl_bound=p['kl_bound'])
 
 
 class LearnerNode(Node):
