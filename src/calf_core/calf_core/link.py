@@ -138,6 +138,11 @@ class SharedProcess:
         self._stages = tuple(stages)
         self._last_send_s = [-np.inf, -np.inf]
 
+    @property
+    def stages(self) -> tuple[TimedStage, ...]:
+        """The shared stages, in the order a message meets them."""
+        return self._stages
+
     def end(self, direction: int) -> SharedEnd:
         """The stage that ends direction ``direction``'s chain (0: uplink, 1: downlink)."""
         return SharedEnd(self, direction)

@@ -284,7 +284,34 @@ class OnOff:
             head = 0
         self._head = head
         i = bisect_right(starts, t, head) - 1
-        return ends[i] if i >= head and t < ends[i] else t
+        if i < head or t >= ends[i]:
+            return t
+        if i == len(ends) - 1:  # the last window: the next may start before it ends and merge with it
+            self._close(rng)
+        return ends[i]
+
+    def drawn(self, t: float, floor_s: float, rng: np.random.Generator) -> tuple[list[float], list[float], float]:
+        """Draw the process up to time ``t`` at least (as ``release`` would) and the windows up to then to their
+        ends; return the windows a query at or after ``floor_s`` may lie in (starts, ends) and the time up to
+        which they are all known (the next start, after the last window's end). The vector env caches them in
+        arrays and asks again only past that time."""
+        self.release(t, floor_s, rng)
+        self._close(rng)
+        return self._starts[self._head:], self._ends[self._head:], self._next_start_s
+
+    def _close(self, rng: np.random.Generator) -> None:
+        """Draw on until the next window starts after the last one ends (merging those that start before),
+        at most MAX_RENEWALS cycles: the last window's end is then final."""
+        ends = self._ends
+        for _ in range(MAX_RENEWALS):
+            if not ends or self._next_start_s >= ends[-1]:
+                return
+            self._extend(ends[-1], rng)
+
+    @property
+    def cycle_s(self) -> float:
+        """The mean time from one window's start to the next."""
+        return self._cycle_s
 
     def _extend(self, t: float, rng: np.random.Generator) -> None:
         """Draw the windows up to time t (see MAX_RENEWALS); keep at most MAX_RENEWALS of them."""

@@ -39,8 +39,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from calf_core.errors import ConfigError
-from calf_core.link import IndependentStage, Packet, SharedEnd, SingleCopyStage
-from calf_core.models import GilbertElliottLoss, TraceMode, TraceReplay, build_stage
+from calf_core.link import IndependentStage, Packet, SharedProcess, SingleCopyStage
+from calf_core.models import GilbertElliottInTime, GilbertElliottLoss, Stall, TraceMode, TraceReplay, build_stage
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES, float32_space, plan_space
 from calf_core.profiles import Profile
 from calf_core.task_spec import SuccessRule, TaskSpec
@@ -146,28 +146,102 @@ class EnvBatch:
             env.close()
 
 
+class TimedBatch:
+    """A stage in time (``Stall``, ``GilbertElliottInTime``) for many envs, one scalar stage per env.
+
+    Each env's renewal process is its own stage's ``OnOff``, drawn about two mean cycles ahead of the messages
+    (``OnOff.drawn``); its windows are cached in arrays, so messages are checked against them in numpy, and
+    only an env whose message lies past its drawn part calls its process again (about once per cycle).
+    """
+
+    def __init__(self, stages: Sequence[Stall | GilbertElliottInTime]) -> None:
+        self.stages = list(stages)
+        self.loses = isinstance(stages[0], GilbertElliottInTime)
+        """Whether a window loses messages (Gilbert-Elliott's bad spells) rather than holds them (stalls)."""
+        self._windows = [stage.windows for stage in stages]
+        self._ahead_s = 2.0 * self._windows[0].cycle_s
+        n = len(stages)
+        self._starts = np.full((n, 2), np.inf)  # each env's windows that a later message may lie in
+        self._ends = np.full((n, 2), np.inf)
+        self._known = np.full(n, -np.inf)  # each env's process is drawn up to here (its next window's start)
+
+    def release(self, envs: np.ndarray, t: np.ndarray, floor_s: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Messages of distinct ``envs`` met at ``t`` (no later one before ``floor_s``): the end of the window holding
+        each, else its ``t`` (``OnOff.release``)."""
+        for j in np.flatnonzero(t >= self._known[envs]).tolist():  # past the drawn part: draw on
+            self._draw(int(envs[j]), float(t[j]), float(floor_s[j]), rng)
+        col = t[:, None]
+        starts, ends = self._starts[envs], self._ends[envs]
+        return np.max(np.where((starts <= col) & (col < ends), ends, col), axis=1)
+
+    def meet(self, envs: np.ndarray, t: np.ndarray, floor_s: np.ndarray,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The stage's ``at`` for messages of distinct ``envs``: their new times, and which it loses."""
+        released = self.release(envs, t, floor_s, rng)
+        if not self.loses:
+            return released, np.zeros(len(t), bool)
+        stage = self.stages[0]
+        return t, rng.random(len(t)) < np.where(released > t, stage.loss_bad, stage.loss_good)
+
+    def _draw(self, env: int, t: float, floor_s: float, rng: np.random.Generator) -> None:
+        starts, ends, known = self._windows[env].drawn(t + self._ahead_s, floor_s, rng)
+        k = len(starts)
+        if k > self._starts.shape[1]:
+            pad = np.full((len(self._known), k - self._starts.shape[1]), np.inf)
+            self._starts, self._ends = np.hstack([self._starts, pad]), np.hstack([self._ends, pad])
+        self._starts[env], self._ends[env] = np.inf, np.inf
+        self._starts[env, :k], self._ends[env, :k] = starts, ends
+        self._known[env] = known
+
+
+class SharedBatch:
+    """A profile's shared process for many envs (one ``SharedProcess`` per env), met by both directions of each
+    env's link: its stages batched (``TimedBatch``), the floor from each env's latest send in each direction."""
+
+    def __init__(self, processes: Sequence[SharedProcess]) -> None:
+        self.processes = list(processes)
+        self._stages = [TimedBatch([p.stages[i] for p in processes]) for i in range(len(processes[0].stages))]
+        self._last_send = np.full((len(processes), 2), -np.inf)
+
+    def meet(self, direction: int, envs: np.ndarray, send_s: np.ndarray, t: np.ndarray,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``SharedProcess.meet`` for messages of distinct ``envs``: their times out, and which are lost."""
+        self._last_send[envs, direction] = send_s
+        other = self._last_send[envs, 1 - direction]
+        floor_s = np.where(other == -np.inf, send_s, np.minimum(send_s, other))
+        t, lost = t.copy(), np.zeros(len(t), bool)
+        for stage in self._stages:
+            going = np.flatnonzero(~lost)  # a lost message meets no later stage
+            t[going], lost[going] = stage.meet(envs[going], t[going], floor_s[going], rng)
+        return t, lost
+
+
 class BatchLink:
     """One direction of a profile's link for ``num_envs`` envs; each call sends one message per env given.
 
     Stages that can be batched are applied to all messages at once, in numpy: independent delays and
-    losses (one draw per message), Gilbert-Elliott loss and trace replay (per-env state in arrays).
-    Every other stage (stall, drifting delay, bandwidth, duplicate, and a stateful stage behind a
-    duplicate, which may see two copies of one env's message) falls back to one instance per env,
-    applied message by message as a scalar ``Link`` applies it: the same model, its state per env,
-    in a Python loop over the messages that reach it.
+    losses (one draw per message), Gilbert-Elliott loss and trace replay (per-env state in arrays), stalls and
+    Gilbert-Elliott in time (``TimedBatch``) and the shared process (``SharedBatch``). Drifting delay, bandwidth and
+    duplicate stages, and a stateful stage behind a duplicate (which may see two copies of one env's message),
+    fall back to one instance per env, applied message by message as a scalar ``Link`` applies it: the same
+    model, its state per env, in a Python loop over the messages that reach it.
     """
 
-    def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int, shared: Sequence[SharedEnd] = ()) -> None:
-        """``shared``: each env's end of its profile's shared process (``Profile.make_shared``), met last."""
+    def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int,
+                 shared: tuple[SharedBatch, int] | None = None) -> None:
+        """``shared``: the envs' shared process and this link's direction in it (0 uplink, 1 downlink), met last."""
         self._stages: list[Any] = []  # a batched stage, or a list of one stage per env (the fallback)
         copies = False  # a duplicate stage came before: stateful stages may see two copies of one message
         for spec in specs:
             stage = build_stage(spec)
-            batched = isinstance(stage, IndependentStage) or (isinstance(stage, _STATEFUL) and not copies)
-            self._stages.append(stage if batched else [stage, *(build_stage(spec) for _ in range(num_envs - 1))])
+            if isinstance(stage, IndependentStage) or (isinstance(stage, _STATEFUL) and not copies):
+                self._stages.append(stage)
+            else:
+                each = [stage, *(build_stage(spec) for _ in range(num_envs - 1))]
+                timed = isinstance(stage, (Stall, GilbertElliottInTime)) and not copies
+                self._stages.append(TimedBatch(each) if timed else each)
             copies = copies or not isinstance(stage, SingleCopyStage)
-        if shared:
-            self._stages.append(list(shared))
+        self.shared = shared
         self.copies = copies
         """Whether a message may arrive more than once (a duplicate stage): ``send`` then sorts the copies."""
         # per-env state of batched stateful stages: Gilbert-Elliott bad state, trace position; -1 = not started.
@@ -191,9 +265,16 @@ class BatchLink:
                 break
             if isinstance(stage, list):
                 pos, sent, arrive = _each(stage, idx[pos], pos, sent, arrive, size_bytes, self._rng)
+                continue
+            if isinstance(stage, TimedBatch):
+                arrive, lost = stage.meet(idx[pos], arrive, sent, self._rng)
             else:
-                kept = ~self._apply(stage, state, idx[pos], arrive)
+                lost = self._apply(stage, state, idx[pos], arrive)
+            if lost.any():
+                kept = ~lost
                 pos, sent, arrive = pos[kept], sent[kept], arrive[kept]
+        if self.shared is not None and pos.size:
+            pos, sent, arrive = self._meet_shared(idx, pos, sent, arrive)
         if self.copies:  # without copies ``pos`` stays sorted, one row a message
             order = np.lexsort((arrive, pos))
             pos, arrive = pos[order], arrive[order]
@@ -202,6 +283,18 @@ class BatchLink:
             arrive = np.maximum(arrive, self._last_arrive[envs])
             np.maximum.at(self._last_arrive, envs, arrive)
         return pos, np.rint(np.minimum(arrive * 1e9, _LATEST_NS)).astype(np.int64)
+
+    def _meet_shared(self, idx: np.ndarray, pos: np.ndarray, sent: np.ndarray,
+                     arrive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The copies after the shared process, met one copy of an env's message at a time, in the order a
+        ``Link`` passes them on."""
+        process, direction = self.shared
+        out = np.ones(pos.size, bool)
+        for copies in _rounds(pos, self.copies):
+            rows = np.arange(pos.size)[copies]
+            arrive[rows], lost = process.meet(direction, idx[pos[rows]], sent[rows], arrive[rows], self._rng)
+            out[rows[lost]] = False
+        return pos[out], sent[out], arrive[out]
 
     def _apply(self, stage: Any, state: np.ndarray, envs: np.ndarray, arrive: np.ndarray) -> np.ndarray:
         """Apply batched ``stage`` to messages from ``envs`` (distinct unless the stage is independent), adding
@@ -309,9 +402,9 @@ class VectorNetworkedEnv(VectorEnv):
         obs_shape = self.single_observation_space.shape
         self._obs_bytes = MESSAGE_OVERHEAD_BYTES + 4 * int(np.prod(obs_shape or (1,)))  # as NetworkedEnv sizes them
         self._action_bytes = MESSAGE_OVERHEAD_BYTES + plan_horizon * (4 * int(np.prod(shape)) if self._continuous else 8)
-        shared = [profile.make_shared() for _ in range(num_envs)] if profile.shared else []
-        self.uplink = BatchLink(profile.uplink, profile.reorder.uplink, num_envs, [p.end(0) for p in shared])
-        self.downlink = BatchLink(profile.downlink, profile.reorder.downlink, num_envs, [p.end(1) for p in shared])
+        shared = SharedBatch([profile.make_shared() for _ in range(num_envs)]) if profile.shared else None
+        self.uplink = BatchLink(profile.uplink, profile.reorder.uplink, num_envs, shared and (shared, 0))
+        self.downlink = BatchLink(profile.downlink, profile.reorder.downlink, num_envs, shared and (shared, 1))
         n, h = num_envs, plan_horizon
         self._rows = np.arange(n)
         # env side: tick, executor and episode counters

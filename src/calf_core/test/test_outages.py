@@ -82,9 +82,9 @@ def test_the_shared_process_runs_on_across_episodes_and_through_the_vector_env()
     vec.reset(seed=0)
     for _ in range(300):
         vec.step(np.zeros(4, np.int64))
-    ends_up, ends_down = vec.uplink._stages[-1], vec.downlink._stages[-1]
-    assert [e.process for e in ends_up] == [e.process for e in ends_down]  # per env, both directions
-    assert len({id(e.process) for e in ends_up}) == 4
+    (up, up_direction), (down, down_direction) = vec.uplink.shared, vec.downlink.shared
+    assert up is down and (up_direction, down_direction) == (0, 1)  # per env, one process for both directions
+    assert len({id(process) for process in up.processes}) == 4
 
 
 def burst_seconds(stage_spec: dict, dt_s: float, duration_s: float = 2000.0, seed: int = 0) -> float:

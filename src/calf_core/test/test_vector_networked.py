@@ -210,36 +210,39 @@ def test_an_episodes_ticks_and_rewards_add_up_exactly_once(up_ms: float) -> None
         assert [t for t, _ in reported[i]] == [r for _, r in reported[i]] == own[i][1:len(reported[i]) + 1]
 
 
-def run_scalar(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Ticks per decision, e2e latencies and observations lost, over ``steps`` decisions of ``n`` envs."""
-    ticks, e2e, lost = [], [], 0
+def run_scalar(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ticks per decision, e2e latencies and each env's share of observations lost, over ``steps`` decisions of
+    ``n`` envs."""
+    ticks, e2e, lost = [], [], np.zeros(n)
     for i in range(n):
         env = make_networked_env('cartpole', profile, seed=100 + i)
         obs, _ = env.reset(seed=100 + i)
+        env_ticks = 0
         for _ in range(steps):
             obs, _, terminated, truncated, info = env.step(int(obs[2] + 0.5 * obs[3] > 0))
             ticks.append(info['ticks'])
+            env_ticks += info['ticks']
             e2e.extend(info['e2e_ms'])
             if terminated or truncated:
-                lost += info['obs_lost']
+                lost[i] += info['obs_lost']
                 obs, _ = env.reset()
-        lost += info['obs_lost']
+        lost[i] = (lost[i] + info['obs_lost']) / env_ticks
     return np.array(ticks), np.array(e2e), lost
 
 
-def run_vector(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, int]:
+def run_vector(profile: Profile, n: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``run_scalar`` through the vector env."""
     env = VectorNetworkedCartPole(n, profile)
     obs, _ = env.reset(seed=11)
-    ticks, e2e, lost = [], [], 0
+    ticks, e2e, lost = [], [], np.zeros(n)
     for _ in range(steps):
         obs, _, terminated, truncated, info = env.step((obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64))
         done = terminated | truncated  # their info is the next episode's reset info: take the final one
         ticks.append(np.where(done, info['final_info']['ticks'], info['ticks']) if done.any() else info['ticks'])
         e2e.append(info['e2e_ms'])
         if done.any():
-            lost += info['final_info']['obs_lost'][done].sum()
-    return np.concatenate(ticks), np.concatenate(e2e), lost + info['obs_lost'].sum()
+            lost[done] += info['final_info']['obs_lost'][done]
+    return np.concatenate(ticks), np.concatenate(e2e), (lost + info['obs_lost']) / np.sum(ticks, axis=0)
 
 
 DUPLICATING = profile_from_dict({'compute_ms': 1.0, 'reorder': True, 'uplink': [
@@ -262,7 +265,9 @@ def test_random_profiles_give_the_same_distributions(profile: Profile) -> None:
         assert np.mean(ticks_v == k) == pytest.approx(np.mean(ticks_s == k), abs=0.03), k
     assert ticks_v.mean() == pytest.approx(ticks_s.mean(), rel=0.03)
     assert stats.ks_2samp(e2e_s, e2e_v).pvalue > 1e-3
-    assert lost_v / ticks_v.sum() == pytest.approx(lost_s / ticks_s.sum(), abs=0.01)
+    # each env's share of observations lost: bursts make it vary from env to env, so the envs are the samples
+    assert stats.ttest_ind(lost_s, lost_v, equal_var=False).pvalue > 1e-3
+    assert lost_v.mean() == pytest.approx(lost_s.mean(), abs=0.02)
 
 
 def test_vector_env_api_and_autoreset() -> None:
