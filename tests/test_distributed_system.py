@@ -84,7 +84,7 @@ def test_a_box_env_trains_with_two_workers_on_weight_deltas(tmp_path):
     summary = json.loads((out / 'distributed.json').read_text())
     assert summary['env_steps'] >= 4096 and summary['workers'] == ['w0', 'w1'] and not summary['refused']
     assert summary['weights_messages']['snapshots'] >= 2 and summary['weights_messages']['deltas'] >= 1
-    assert 0 <= summary['wasted_fraction'] < 1 and (out / 'optimizer.safetensors').is_file()
+    assert 0 <= summary['wasted_fraction'] < 1 and (out / 'learner_state.safetensors').is_file()
     meta = json.loads((out / 'meta.json').read_text())
     assert meta['agent']['kind'] == 'gaussian'
     report = evaluate_sim(out, load_profile('sim_clean'), episodes=2, seed=0)  # what calf eval runs

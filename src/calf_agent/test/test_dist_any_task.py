@@ -14,7 +14,7 @@ from safetensors.torch import save as st_save
 
 from calf_agent.dist import delta as delta_module
 from calf_agent.dist.delta import apply_delta, checksum, make_delta
-from calf_agent.dist.learner import OPTIMIZER, Learner, LearnerConfig
+from calf_agent.dist.learner import STATE, Learner, LearnerConfig
 from calf_agent.dist.policy import mean_kl
 from calf_agent.dist.sync import parse_sync
 from calf_agent.dist.wire import MAX_BYTES, Kind, Opener, Refused, Sealer, WeightsMessage, _frame, snapshot, split
@@ -280,7 +280,7 @@ def test_resume_restores_the_optimiser_state(tmp_path):
     first = _learner(tmp_path)
     _round(first, [RolloutWorker('w0', 'cartpole', KEY, 4, seed=0)], 16)
     first.close()
-    assert (tmp_path / OPTIMIZER).is_file()
+    assert (tmp_path / STATE).is_file()
     saved = first.optimizer.state_dict()['state']
     again = _learner(tmp_path, resume=True)
     restored = again.optimizer.state_dict()['state']

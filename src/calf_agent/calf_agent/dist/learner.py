@@ -17,11 +17,12 @@ At most one batch per worker waits: a newer one replaces it (``batches_supersede
 fraction), so that a learner slower than its workers trains on fresh data; a worker whose batch was
 superseded is told to pause while a batch of it waits (``Control``), and one more batch of it, already
 in flight, may wait too; from then on it is paced: it pauses itself after each batch, and is told to go
-on once no batch of it waits. Every ``eval_every`` env steps it writes the checkpoint (``calf eval`` reads
-it unchanged), the optimiser state (``optimizer.safetensors``) and evaluates the policy
-deterministically in virtual time under the training network (``eval.csv``). ``resume`` continues
-from a checkpoint's weights, optimiser state, version and step count, so workers follow a restarted
-learner with no manual step.
+on once no batch of it waits. After every update it writes what ``resume`` continues from (``STATE``:
+the policy, the optimiser's state, the version and env steps), so that a learner killed mid-run loses
+no update, only the batches in flight. After its first update, every ``eval_every`` env steps and at
+the end it writes the checkpoint (``calf eval`` reads it unchanged); at each evaluation it also
+evaluates the policy deterministically in virtual time under the training network (``eval.csv``).
+Workers follow a resumed learner with no manual step.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import copy
 import csv
 import json
 import math
+import os
 import re
 import secrets
 import time
@@ -73,7 +75,7 @@ from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent
 from calf_agent.seeding import seed_everything
 from calf_agent.trainer import TrainConfig, build_agent, cartpole_defaults
-from calf_core import atomic, progress
+from calf_core import progress
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
 
@@ -86,8 +88,10 @@ LEARNER = 'learner'
 """The sender name of the learner's weights frames."""
 CONTROL = 'learner_control'
 """The sender name of the learner's control frames (numbered apart from its weights)."""
-OPTIMIZER = 'optimizer.safetensors'
-"""The optimiser's state, beside the checkpoint."""
+STATE = 'learner_state.safetensors'
+"""What ``resume`` continues from, beside the checkpoint, rewritten after every update: the policy
+(``policy.<name>``), the optimiser's state (``optimizer.<index>.<name>``), the version and env steps
+(``counters``)."""
 MAX_ABS_VALUE = 1e6
 """Largest magnitude of an observation or reward value in a batch."""
 MAX_WORKERS = 64
@@ -191,36 +195,55 @@ class Learner:
         self.agent.load_state_dict(agent.state_dict())
         self.version = int(meta.get('distributed', {}).get('version', 0))
         self.env_steps = int(meta.get('distributed', {}).get('env_steps', 0))
-        restored = self._load_optimizer()
+        restored = self._load_state()
         self.log(f'resumed {self.cfg.out_dir} at version {self.version}, {self.env_steps} env steps, '
-                 f'{"with its" if restored else "without (none saved): a fresh"} optimiser state')
+                 f'{"from its last update, with its" if restored else "from the checkpoint, with a fresh"} '
+                 'optimiser state')
 
-    def _save_optimizer(self) -> None:
-        """Write the optimiser's per-parameter state as safetensors (``<index>.<name>``)."""
-        tensors = {f'{index}.{name}': torch.as_tensor(value).detach().clone().contiguous()
-                   for index, entry in self.optimizer.state_dict()['state'].items() for name, value in entry.items()}
-        with atomic.replacing(self.cfg.out_dir / OPTIMIZER, 'wb') as file:
-            file.write(st_save(tensors))
+    def _save_state(self) -> None:
+        """Write ``STATE``: replaced whole (a killed process leaves the old file or the new one), not synced
+        to disk at every update (the checkpoint is)."""
+        tensors = {f'policy.{name}': value.detach().clone().contiguous()
+                   for name, value in self.agent.state_dict().items()}
+        tensors.update({f'optimizer.{index}.{name}': torch.as_tensor(value).detach().clone().contiguous()
+                        for index, entry in self.optimizer.state_dict()['state'].items()
+                        for name, value in entry.items()})
+        tensors['counters'] = torch.tensor([self.version, self.env_steps], dtype=torch.int64)
+        path = self.cfg.out_dir / STATE
+        partial = path.with_name(f'.{STATE}.partial')
+        partial.write_bytes(st_save(tensors))
+        os.replace(partial, path)
 
-    def _load_optimizer(self) -> bool:
-        """Restore the optimiser's state if the checkpoint has one; ConfigError if it fits other parameters."""
-        path = self.cfg.out_dir / OPTIMIZER
+    def _load_state(self) -> bool:
+        """Continue from ``STATE`` if there is one at least as new as the checkpoint; ConfigError if it does not
+        fit this policy."""
+        path = self.cfg.out_dir / STATE
         if not path.is_file():
             return False
+        fix = 'delete it to resume from the checkpoint with a fresh optimiser state'
         try:
             tensors = st_load(path.read_bytes())
         except Exception as exc:  # safetensors raises its own errors for a damaged file
-            raise ConfigError(f'{path} is no optimiser state ({" ".join(str(exc).split())[:120]}): delete it to '
-                              'resume with a fresh one') from None
+            raise ConfigError(f'{path} is no learner state ({" ".join(str(exc).split())[:120]}): {fix}') from None
+        policy = {name.removeprefix('policy.'): value for name, value in tensors.items() if name.startswith('policy.')}
+        own = self.agent.state_dict()
+        counters = tensors.get('counters', torch.empty(0))
+        if {n: v.shape for n, v in policy.items()} != {n: v.shape for n, v in own.items()} or counters.shape != (2,):
+            raise ConfigError(f'{path} holds the state of another policy than this one: {fix}')
+        version, env_steps = (int(v) for v in counters)
+        if version < self.version:
+            return False
         state: dict[int, dict[str, torch.Tensor]] = {}
         for key, value in tensors.items():
-            index, _, name = key.partition('.')
-            state.setdefault(int(index) if index.isdigit() else -1, {})[name] = value
+            index, _, name = key.removeprefix('optimizer.').partition('.')
+            if key.startswith('optimizer.'):
+                state.setdefault(int(index) if index.isdigit() else -1, {})[name] = value
         params = list(self.agent.parameters())
         if set(state) - set(range(len(params))) or any(
                 entry.get('exp_avg', torch.empty(0)).shape != params[i].shape for i, entry in state.items()):
-            raise ConfigError(f'{path} holds the state of other parameters than this policy\'s: delete it to '
-                              'resume with a fresh one')
+            raise ConfigError(f'{path} holds the optimiser state of other parameters than this policy\'s: {fix}')
+        self.agent.load_state_dict(policy)
+        self.version, self.env_steps = version, env_steps
         self.optimizer.load_state_dict({'state': state, 'param_groups': self.optimizer.state_dict()['param_groups']})
         return True
 
@@ -361,6 +384,9 @@ class Learner:
         self.version += 1
         self.updates += 1
         self.env_steps += batch.env_steps
+        self._save_state()
+        if self.updates == 1:
+            self.checkpoint()  # something --resume can start from before the first evaluation
         progress.report(self.env_steps, self.cfg.total_steps)  # calf train's bar (calf_core.progress.watching)
         self.lags[effective_lag if lag is not None else -1] += 1
         self.returns += batch.episode_returns
@@ -438,9 +464,7 @@ class Learner:
         meta = {**{k: v for k, v in self.cfg.env_config.items() if k != 'num_steps'}, 'seed': self.cfg.seed,
                 'steps': self.env_steps,
                 'distributed': {'version': self.version, 'env_steps': self.env_steps, 'sync': str(self.cfg.sync)}}
-        path = save_checkpoint(self.cfg.out_dir, self.agent, meta)
-        self._save_optimizer()
-        return path
+        return save_checkpoint(self.cfg.out_dir, self.agent, meta)
 
     def _evaluate(self) -> None:
         self._next_eval = self.env_steps + self.cfg.eval_every
