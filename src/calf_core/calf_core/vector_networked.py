@@ -525,35 +525,60 @@ class VectorNetworkedEnv(VectorEnv):
         return info
 
     def _advance(self, active: np.ndarray) -> None:
-        """Handle each active env's events, one per env per pass, until it must decide. A pass reads only the
-        rows of the envs still active (under stalls most envs have decided while a few run on)."""
+        """Run each active env until it must decide. A pass takes every active env through one tick interval:
+        the observations reaching its policy before the next tick (the decision, if one comes: the first arrival
+        while free, or the newest kept while busy when the policy is free again), the actions arriving up to
+        that decision or through the tick, then the tick if no decision came first. This is NetworkedEnv's
+        event order (action arrival < tick < observation delivery < policy free at one time), one interval at a
+        time; a pass reads only the rows of the envs still active."""
         while True:
             env = np.flatnonzero(active)
             if not env.size:
                 return
-            obs_t = self._obs_key[env].min(axis=1) >> _SEQ_BITS
-            act_keys = self._act_key[env]
-            act_slot = act_keys.argmin(axis=1)
-            act_t = act_keys[np.arange(env.size), act_slot] >> _SEQ_BITS
+            rows = np.arange(env.size)
             tick_t = (self._tick[env] + 1) * self._dt_ns
-            waiting = self._waiting_seq[env]
-            free_t = np.where(waiting >= 0, self._busy_until[env], _NEVER)
-            is_action = (act_t <= tick_t) & (act_t <= obs_t) & (act_t <= free_t)
-            rest = ~is_action
-            is_tick = rest & (tick_t <= obs_t) & (tick_t <= free_t)
-            rest &= ~is_tick
-            is_obs = rest & (obs_t <= free_t)
-            is_free = rest & ~is_obs
-            if is_action.any():
-                self._on_actions(env[is_action], act_slot[is_action], act_t[is_action])
-            if is_obs.any():
-                self._on_observations(env[is_obs], obs_t[is_obs], active)
-            if is_free.any():
-                idx = env[is_free]
-                self._decide(idx, waiting[is_free], self._busy_until[idx], self._waiting_obs[idx],
-                             self._waiting_applied[idx], active)
-            if is_tick.any():
-                self._on_ticks(env[is_tick], active)
+            busy = self._busy_until[env]
+            keys = self._obs_key[env]
+            at, seq = keys >> _SEQ_BITS, keys & _SEQ_MASK
+            due = at < tick_t[:, None]  # observations arriving before the tick (at the tick they come after it)
+            early = due & (at < busy[:, None])  # while the policy computes: the newest waits (BusyPolicy)
+            first_free = np.where(due & ~early, at, _NEVER).min(axis=1)
+            waits = early.any(axis=1)
+            freed = (waits | (self._waiting_seq[env] >= 0)) & (busy < tick_t)  # free before the tick, one waiting
+            decide = freed | (first_free < tick_t)
+            now = np.where(freed, busy, first_free)  # the decision's time
+            on_arrival = decide & (first_free == now)  # on the newest arriving then (before the free event)
+            pick_t = np.where(on_arrival, now, np.where(early, at, -1).max(axis=1))  # else the latest while busy
+            picked = np.where(at == pick_t[:, None], seq, -1)
+            slot = keep_newest(picked)
+            kept = waits & ~on_arrival  # the newest arrival while busy becomes the one waiting
+            if kept.any():
+                idx, where = env[kept], slot[kept]
+                self._waiting_seq[idx] = seq[kept, where]
+                self._waiting_obs[idx], self._waiting_applied[idx] = self._obs_data[idx, where], self._obs_applied[idx, where]
+            # the arrivals up to the decision, or before the tick, are taken
+            self._obs_key[env] = np.where(at <= np.where(decide, now, tick_t - 1)[:, None], _EMPTY, keys)
+            self._actions_until(env, np.where(decide, now, tick_t))
+            if decide.any():
+                idx, arrival = env[decide], on_arrival[decide]
+                where = slot[decide]
+                data = np.where(arrival, seq[rows[decide], where], self._waiting_seq[idx])
+                obs = self._obs_data[idx, where]
+                obs[~arrival] = self._waiting_obs[idx[~arrival]]
+                applied = np.where(arrival[:, None], self._obs_applied[idx, where], self._waiting_applied[idx])
+                self._decide(idx, data, now[decide], obs, applied, active)
+            ticking = ~decide
+            if ticking.any():
+                self._on_ticks(env[ticking], active)
+
+    def _actions_until(self, env: np.ndarray, limit_ns: np.ndarray) -> None:
+        """The action messages reaching envs ``env`` up to ``limit_ns`` (each env's own), earliest first."""
+        count = ((self._act_key[env] >> _SEQ_BITS) <= limit_ns[:, None]).sum(axis=1)
+        for k in range(int(count.max())):
+            idx = env[count > k]
+            keys = self._act_key[idx]
+            slot = keys.argmin(axis=1)
+            self._on_actions(idx, slot, keys[np.arange(idx.size), slot] >> _SEQ_BITS)
 
     def _on_actions(self, idx: np.ndarray, slot: np.ndarray, arrive_ns: np.ndarray) -> None:
         """Action messages arrive: Stepper.on_action for each env in ``idx``."""
@@ -603,24 +628,6 @@ class VectorNetworkedEnv(VectorEnv):
                       active)
         going = ~ended
         self._send_observations(idx[going], tick[going], obs[going], applied[going])
-
-    def _on_observations(self, idx: np.ndarray, arrive_ns: np.ndarray, active: np.ndarray) -> None:
-        """Observations reach the policy of envs ``idx`` at ``arrive_ns``, the newest of each instant kept
-        (``keep_newest``): decide now, or keep the newest arrival while busy."""
-        keys = self._obs_key[idx]
-        arriving = (keys >> _SEQ_BITS) == arrive_ns[:, None]
-        slot = keep_newest(np.where(arriving, keys & _SEQ_MASK, -1))
-        seq = keys[np.arange(len(idx)), slot] & _SEQ_MASK
-        obs, applied = self._obs_data[idx, slot], self._obs_applied[idx, slot]
-        rows, cols = np.nonzero(arriving)
-        self._obs_key[idx[rows], cols] = _EMPTY
-        newer = seq > self._gate[idx]
-        busy = arrive_ns < self._busy_until[idx]
-        wait = newer & busy
-        self._waiting_seq[idx[wait]] = seq[wait]
-        self._waiting_obs[idx[wait]], self._waiting_applied[idx[wait]] = obs[wait], applied[wait]
-        now = newer & ~busy
-        self._decide(idx[now], seq[now], arrive_ns[now], obs[now], applied[now], active)
 
     def _decide(self, idx: np.ndarray, seq: np.ndarray, now_ns: np.ndarray, obs: np.ndarray, applied: np.ndarray,
                 active: np.ndarray) -> None:
