@@ -49,7 +49,8 @@ def hierarchy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def sub_policy(root: Path, name: str, topics: list[tuple[str, str]], role: str) -> NodeSpec:
     return NodeSpec('calf_agent', 'policy_node', name, '/calf',
-                    {'policy': str(root / name), 'deterministic': True, 'source': name}, topics, role, {})
+                    {'policy': str(root / name), 'deterministic': True, 'source': name}, topics, role, {},
+                    True)
 
 
 def test_hierarchical_nodes_and_topics(hierarchy: Path) -> None:
@@ -57,9 +58,9 @@ def test_hierarchical_nodes_and_topics(hierarchy: Path) -> None:
     assert build_graph(RunOptions.of('sim_net', network='wifi_normal', policy=hierarchy, time_scale=2.0,
                                        placement='hierarchical')) == [
         NodeSpec('calf_env', 'env_node', 'env', '/calf',
-                 {'env': 'cartpole', 'seed': 0, 'time_scale': 2.0, 'episodes': 0}, ENV_REMAPS, 'edge', {}),
+                 {'env': 'cartpole', 'seed': 0, 'time_scale': 2.0, 'episodes': 0}, ENV_REMAPS, 'edge', {}, True),
         NodeSpec('calf_shim', 'shim_node', 'shim', '/calf', {'network': 'wifi_normal', 'seed': 0, 'time_scale': 2.0},
-                 [('edge/action', '/calf/edge/candidates')], 'edge', {}),
+                 [('edge/action', '/calf/edge/candidates')], 'edge', {}, True),
         NodeSpec('calf_agent', 'arbiter_node', 'arbiter', '/calf', {'hierarchy': str(root), 'time_scale': 2.0},
                  [('observation', '/calf/edge/observation'), ('candidates', '/calf/edge/candidates'),
                   ('action', '/calf/edge/action')], 'edge', {}),

@@ -2,34 +2,27 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from calf_bringup import (
-    cmd_demo,
-    cmd_eval,
-    cmd_experiment,
-    cmd_profile,
-    cmd_run,
-    cmd_trace,
-    cmd_train,
-    cmd_train_hierarchy,
-    cmd_worker,
-)
 from calf_bringup.cli_args import CalfParser
 from calf_core import progress
 from calf_core.errors import CalfError
 
-COMMANDS = (cmd_train, cmd_train_hierarchy, cmd_eval, cmd_profile, cmd_run, cmd_demo, cmd_experiment, cmd_trace,
-            cmd_worker)
+COMMANDS = {'train': 'cmd_train', 'train-hierarchy': 'cmd_train_hierarchy', 'eval': 'cmd_eval',
+            'profile': 'cmd_profile', 'run': 'cmd_run', 'demo': 'cmd_demo', 'experiment': 'cmd_experiment',
+            'trace': 'cmd_trace', 'worker': 'cmd_worker'}
+"""Each command's module, imported only when its command is parsed: ``calf run`` starts its nodes without
+the other commands' imports (torch's among them), which took most of its start-up on a busy host."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
     parser = CalfParser(prog='calf', description='Communication-Aware Learning Framework')
     sub = parser.add_subparsers(dest='command', required=True)
-    for command in COMMANDS:
-        command.register(sub)
+    for name in commands:
+        importlib.import_module(f'calf_bringup.{COMMANDS[name]}').register(sub)
     for command_parser in sub.choices.values():
         command_parser.add_argument('--progress', action='store_true',
                                     help='show progress bars on stderr even when it is not a terminal')
@@ -51,7 +44,8 @@ def import_from_working_directory() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     import_from_working_directory()
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS).parse_args(argv)
     if args.progress:  # for this process and the ones it starts (calf_core.progress decides)
         os.environ[progress.ENV] = '1'
     try:

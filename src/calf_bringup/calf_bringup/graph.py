@@ -51,6 +51,7 @@ class NodeSpec(NamedTuple):
     remappings: list[tuple[str, str]]
     role: str  # 'edge' or 'desktop': the machine it runs on in edge_sim
     additional_env: dict[str, str]  # extra environment variables of its process (DDS discovery)
+    realtime: bool = False  # a node of the live loop: calf run starts its process ahead of normal ones
 
 
 def build_graph(options: RunOptions) -> list[NodeSpec]:
@@ -154,12 +155,12 @@ def _env_node(options: RunOptions, extra_env: dict[str, str], start_plan: tuple[
     if start_plan:  # the option's, else the checkpoint's (build_graph)
         params['start_plan'] = list(start_plan)
     return NodeSpec('calf_env', 'env_node', 'env', NAMESPACE, params,
-                    [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', dict(extra_env))
+                    [(topic, f'{NAMESPACE}/edge/{topic}') for topic in topics], 'edge', dict(extra_env), True)
 
 
 def _shim_node(options: RunOptions, extra_env: dict[str, str], remappings: list[tuple[str, str]]) -> NodeSpec:
     return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE, node_parameters(options, 'shim'), remappings, 'edge',
-                    dict(extra_env))
+                    dict(extra_env), True)
 
 
 def _policy_nodes(options: RunOptions, with_shim: bool, extra_env: dict[str, str]) -> list[NodeSpec]:
@@ -177,7 +178,7 @@ def _policy_node(options: RunOptions, topics: dict[str, str], extra_env: dict[st
                           f'from calf train')
     return NodeSpec('calf_agent', 'policy_node', 'policy', NAMESPACE,
                     {'policy': str(options.policy), 'deterministic': True}, list(topics.items()), role,
-                    dict(extra_env))
+                    dict(extra_env), True)
 
 
 def _hierarchy_nodes(options: RunOptions, with_shim: bool, extra_env: dict[str, str]) -> list[NodeSpec]:
@@ -199,7 +200,7 @@ def _hierarchy_nodes(options: RunOptions, with_shim: bool, extra_env: dict[str, 
                   ('action', DESKTOP['action'] if remote else CANDIDATES)]
         nodes.append(NodeSpec('calf_agent', 'policy_node', sub.name, NAMESPACE,
                               {'policy': str(hierarchy.checkpoint(sub)), 'deterministic': True, 'source': sub.name},
-                              topics, sub.placement, dict(extra_env)))
+                              topics, sub.placement, dict(extra_env), True))
     return nodes
 
 

@@ -5,9 +5,12 @@ runner, which then stops every node the same way: SIGTERM, a bounded wait, then 
 not SIGINT: a node still importing its modules dies of it quietly, where SIGINT would print a
 KeyboardInterrupt traceback; a running node stops cleanly on either (``calf_ros.node_main``).
 On Linux each node also gets SIGTERM when the runner dies, even by SIGKILL (``PR_SET_PDEATHSIG``,
-set by ``_die_with_parent`` in the child before it runs the node): no node outlives its runner.
+set by ``_in_child`` in the child before it runs the node): no node outlives its runner.
 The kernel sends it when the thread that started the node ends, so start nodes from the thread
-that waits for them (``calf run`` starts them from its main thread).
+that waits for them (``calf run`` starts them from its main thread). A node of the live loop
+(``NodeSpec.realtime``) starts ahead of normal processes (``calf_ros.scheduling.raise_priority``, in the
+child before the node's program runs): on a busy host its imports, most of its start-up, no longer wait
+behind the CPU-bound processes.
 Output is forwarded line by line with a ``[name]`` prefix.
 
 By default a run ends when any node exits. With ``Respawn``, a node that fails (an exit code
@@ -32,6 +35,7 @@ from ament_index_python.packages import PackageNotFoundError, get_package_prefix
 
 from calf_bringup.graph import NodeSpec, command_line
 from calf_core.errors import ConfigError
+from calf_ros.scheduling import raise_priority
 
 STOP_TIMEOUT_S = 10.0
 TAIL_LINES = 40
@@ -107,7 +111,7 @@ class Graph:
             env['ROS_DOMAIN_ID'] = str(self.domain_id)
         process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, errors='replace', process_group=0,
-                                   preexec_fn=_die_with_parent())
+                                   preexec_fn=_in_child(spec.realtime))
         child = self._children[spec.name] = _Child(spec, process)
         child.reader = threading.Thread(target=self._forward, args=(child,), name=f'out-{spec.name}', daemon=True)
         child.reader.start()
@@ -226,9 +230,10 @@ class Graph:
 
 
 def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextIO = sys.stdout,
-              respawn: Respawn | None = None) -> int:
+              respawn: Respawn | None = None, after_start: Callable[[], None] | None = None) -> int:
     """Run until a node exits (with ``respawn``: finishes, or fails once more than allowed) or
-    Ctrl-C / SIGTERM arrives, then stop them all.
+    Ctrl-C / SIGTERM arrives, then stop them all. ``after_start`` runs once every node has started (a check
+    that need not delay them); what it raises stops the nodes and propagates.
 
     Returns 0 when no node failed on its own at the end (restarted failures are reported, not
     counted), else 1. Ctrl-C and SIGTERM raise KeyboardInterrupt once every node has been stopped.
@@ -238,6 +243,8 @@ def run_graph(specs: list[NodeSpec], domain_id: int | None = None, output: TextI
         with Graph(specs, domain_id, output) as graph:
             running = ', '.join(f'{name} (pid {pid})' for name, pid in graph.pids().items())
             print(f'[calf] running {running}; Ctrl-C stops them', file=output, flush=True)
+            if after_start is not None:
+                after_start()
             while (ended := graph.wait_any()) is not None:
                 if not _restarts(graph, ended, respawn):
                     graph.say_why(ended)
@@ -270,17 +277,20 @@ def _install_root(package: str) -> Path:
             from None
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """What the child runs before the node on Linux: ask for SIGTERM when this process dies, and take it
-    at once if this process is already gone (it died between the fork and the request)."""
+def _in_child(realtime: bool) -> Callable[[], None] | None:
+    """What the child runs before the node: on Linux, ask for SIGTERM when this process dies (and take it at
+    once if this process is already gone: it died between the fork and the request); for a ``realtime``
+    node, raise its priority (``raise_priority``)."""
     if not sys.platform.startswith('linux'):
-        return None
+        return raise_priority if realtime else None
     prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
 
     def request() -> None:
         prctl(PR_SET_PDEATHSIG, int(STOP_SIGNAL), 0, 0, 0)
         if os.getppid() != parent:
             os.kill(os.getpid(), STOP_SIGNAL)
+        if realtime:
+            raise_priority()
 
     return request
 

@@ -42,17 +42,17 @@ DESKTOP_POLICY = [('observation', '/calf/desktop/observation'), ('action', '/cal
 def env_node(seed: int = 0, time_scale: float = 1.0, episodes: int = 0) -> NodeSpec:
     return NodeSpec('calf_env', 'env_node', 'env', '/calf',
                     {'env': 'cartpole', 'seed': seed, 'time_scale': time_scale, 'episodes': episodes},
-                    ENV_REMAPS, 'edge', {})
+                    ENV_REMAPS, 'edge', {}, True)
 
 
 def shim_node(network: str, seed: int = 0, time_scale: float = 1.0) -> NodeSpec:
     return NodeSpec('calf_shim', 'shim_node', 'shim', '/calf',
-                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', {})
+                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', {}, True)
 
 
 def policy_node(remaps: list[tuple[str, str]]) -> NodeSpec:
     return NodeSpec('calf_agent', 'policy_node', 'policy', '/calf', {'policy': '/ckpt', 'deterministic': True},
-                    remaps, 'desktop', {})
+                    remaps, 'desktop', {}, True)
 
 
 @pytest.mark.parametrize('mode, role, network, expected', [
@@ -200,7 +200,8 @@ def test_graph_is_a_deprecated_alias_of_placement(capsys: pytest.CaptureFixture[
     assert old.warnings == ('graph:= is deprecated: use placement:= (the old name goes in the next release)',)
     both = RunOptions.of('sim_net', placement='hierarchical', graph='flat_edge', policy='/ckpt')
     assert both.placement == 'hierarchical' and both.warnings  # the new name wins
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: 0)
+    monkeypatch.setattr(cmd_run, 'run_graph',
+                        lambda specs, domain_id, respawn=None, after_start=None: 0)
     assert cli.main(['run', 'sim_net', '--policy', '/ckpt', '--graph', 'flat_edge']) == 0
     assert 'calf run: warning: --graph is deprecated: use --placement' in capsys.readouterr().err
 
@@ -259,7 +260,8 @@ def test_env_node_gets_the_start_plan_of_the_policy_checkpoint_or_the_argument(t
 
 def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append((specs, domain_id)) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph',
+                        lambda specs, domain_id, respawn=None, after_start=None: started.append((specs, domain_id)) or 0)
     argv = ['run', 'edge_sim', '--role', 'edge', '--network', 'wifi_degraded', '--domain-id', '9', '--seed', '7',
             '--time-scale', '4', '--episodes', '3']
     assert cli.main(argv) == 0
@@ -268,7 +270,8 @@ def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPa
 
 def test_calf_run_respawn_flags_become_the_runners_respawn(monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append(respawn) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph',
+                        lambda specs, domain_id, respawn=None, after_start=None: started.append(respawn) or 0)
     assert cli.main(['run', 'edge_sim', '--role', 'edge']) == 0
     assert cli.main(['run', 'edge_sim', '--role', 'edge', '--respawn', 'true', '--respawn-delay', '2.5',
                      '--respawn-retries', '3']) == 0
@@ -289,7 +292,8 @@ def test_bad_respawn_flags_are_one_line(argv: list[str], message: str, capsys: p
 def test_calf_run_passes_a_start_plan_to_the_env_node(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append(specs) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph',
+                        lambda specs, domain_id, respawn=None, after_start=None: started.append(specs) or 0)
     assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,1]']) == 0
     assert started[0][0].parameters['start_plan'] == [0, 1]
     assert cli.main(['run', 'edge_sim', '--role', 'edge', '--start-plan', '[0,']) == 2
@@ -326,7 +330,8 @@ def test_impair_without_a_valid_config_is_a_config_error(config: str, message: s
 
 def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append((specs, domain_id)) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph',
+                        lambda specs, domain_id, respawn=None, after_start=None: started.append((specs, domain_id)) or 0)
     assert cli.main(['run', 'impair', '--config', str(IMPAIR_CONFIG), '--seed', '3', '--domain-id', '9']) == 0
     assert started == [(impair_graph(RunOptions.of('impair', config=IMPAIR_CONFIG, seed=3)), 9)]
 
@@ -334,7 +339,8 @@ def test_calf_run_impair_starts_the_generic_shim(monkeypatch: pytest.MonkeyPatch
 def test_calf_run_impair_passes_a_new_trace_bag_to_the_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     started = []
-    monkeypatch.setattr(cmd_run, 'run_graph', lambda specs, domain_id, respawn=None: started.append(specs) or 0)
+    monkeypatch.setattr(cmd_run, 'run_graph',
+                        lambda specs, domain_id, respawn=None, after_start=None: started.append(specs) or 0)
     argv = ['run', 'impair', '--config', str(IMPAIR_CONFIG), '--trace-bag', str(tmp_path / 'trace')]
     assert cli.main(argv) == 0
     assert started[0][0].parameters['trace_bag'] == str(tmp_path / 'trace')

@@ -9,17 +9,15 @@ before ``run_node``: a SIGINT then is Python's KeyboardInterrupt, which is why `
 with SIGTERM. Jazzy-compatible (explicit init and try/finally, no context manager).
 
 The nodes of the live loop (env, shim, policy) pass ``realtime=True``: before rclpy starts, the
-process's threads move to SCHED_FIFO at ``REALTIME_PRIORITY`` where permitted (root, CAP_SYS_NICE or an
-rtprio limit), else to nice ``-10``, else stay as they are; every thread started later (DDS, ticks)
-inherits it, so a busy host's CPU-bound processes no longer delay a tick, a relay or an answer by
-their time slices. ``CALF_SCHEDULING=normal`` in the environment leaves scheduling alone. After
+process's threads move ahead of normal processes (``calf_ros.scheduling.raise_priority``: SCHED_FIFO where
+permitted, else nice -10); every thread started later (DDS, ticks) inherits it, so a busy host's CPU-bound
+processes no longer delay a tick, a relay or an answer by their time slices. After
 start-up every node freezes the objects it has (``gc.freeze``): a full collection over torch's and
 rclpy's import-time objects took 0.1-1 s, which a collection in the loop would add to a tick.
 """
 from __future__ import annotations
 
 import gc
-import os
 import signal
 import sys
 import threading
@@ -32,32 +30,9 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from calf_core.errors import CalfError
+from calf_ros.scheduling import raise_priority
 
 N = TypeVar('N', bound=Node)
-REALTIME_PRIORITY = 10  # SCHED_FIFO priority of the live loop's nodes: above every normal process, low among RT ones
-NICE = -10  # the fallback where SCHED_FIFO is not permitted
-
-
-def raise_priority() -> str:
-    """Move this process's threads (and the threads they start later, which inherit it) ahead of normal
-    processes, as far as permitted; say what was applied."""
-    if os.environ.get('CALF_SCHEDULING', 'realtime') == 'normal':
-        return 'normal (CALF_SCHEDULING=normal)'
-    threads = [int(tid) for tid in os.listdir('/proc/self/task')] if os.path.isdir('/proc/self/task') else [0]
-    try:
-        for tid in threads:
-            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
-        return f'SCHED_FIFO priority {REALTIME_PRIORITY}'
-    except (OSError, AttributeError):
-        pass
-    try:
-        for tid in threads:
-            os.setpriority(os.PRIO_PROCESS, tid, NICE)  # on Linux, per thread
-        return f'nice {NICE} (SCHED_FIFO not permitted)'
-    except (OSError, AttributeError):
-        return 'normal (neither SCHED_FIFO nor a lower nice value permitted)'
-
-
 def run_node(name: str, make_node: Callable[[], N], args: list[str] | None = None,
              finished: Callable[[N], bool] = lambda node: False,
              error: Callable[[N], str | None] = lambda node: None, realtime: bool = False) -> int:

@@ -1,0 +1,34 @@
+"""Process priority of the live loop's nodes (env, shim, policy): pure, no rclpy.
+
+``raise_priority`` moves the calling process's threads to SCHED_FIFO at ``REALTIME_PRIORITY`` where permitted
+(root, CAP_SYS_NICE or an rtprio limit), else to nice ``NICE``, else leaves them; every thread started later
+inherits it. ``CALF_SCHEDULING=normal`` in the environment leaves scheduling alone. A node calls it when it
+starts (``calf_ros.node_main``); ``calf run`` calls it in the node's process before the node's program runs
+(``calf_bringup.runner``), so that its imports, most of its start-up, do not wait behind a busy host's processes.
+"""
+from __future__ import annotations
+
+import os
+
+REALTIME_PRIORITY = 10  # SCHED_FIFO priority of the live loop's nodes: above every normal process, low among RT ones
+NICE = -10  # the fallback where SCHED_FIFO is not permitted
+
+
+def raise_priority() -> str:
+    """Move this process's threads (and the threads they start later, which inherit it) ahead of normal
+    processes, as far as permitted; say what was applied."""
+    if os.environ.get('CALF_SCHEDULING', 'realtime') == 'normal':
+        return 'normal (CALF_SCHEDULING=normal)'
+    threads = [int(tid) for tid in os.listdir('/proc/self/task')] if os.path.isdir('/proc/self/task') else [0]
+    try:
+        for tid in threads:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+        return f'SCHED_FIFO priority {REALTIME_PRIORITY}'
+    except (OSError, AttributeError):
+        pass
+    try:
+        for tid in threads:
+            os.setpriority(os.PRIO_PROCESS, tid, NICE)  # on Linux, per thread
+        return f'nice {NICE} (SCHED_FIFO not permitted)'
+    except (OSError, AttributeError):
+        return 'normal (neither SCHED_FIFO nor a lower nice value permitted)'
