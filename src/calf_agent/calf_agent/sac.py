@@ -140,13 +140,14 @@ class TwinQ(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(2, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(2, 1, fan_out).uniform_(-bound, bound)))
 
-    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
+    def forward(self, obs: Tensor, action: Tensor, frozen: bool = False) -> Tensor:
+        """``[2, B]``; ``frozen``: on detached weights, so that a loss through it moves only its inputs."""
         x = torch.cat([obs, action], -1).expand(2, -1, -1)
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            x = torch.baddbmm(bias, x, weight)
+            x = torch.baddbmm(bias.detach(), x, weight.detach()) if frozen else torch.baddbmm(bias, x, weight)
             if i < last:
-                x = F.relu(x)
+                x = x.relu_()
         return x.squeeze(-1)
 
 
@@ -180,10 +181,11 @@ class ReplayBuffer:
 
 
 class SacLearner:
-    """The critics, their targets, the entropy coefficient and the three optimisers around one actor.
+    """The critics, their targets, the entropy coefficient and two optimisers around one actor.
 
     The critics see the actor's observations, or with ``critic_obs_dim`` other inputs of that size (BPQL's
-    true states, ``calf_agent.bpql``)."""
+    true states, ``calf_agent.bpql``). The actor and alpha share one optimiser (their losses are independent:
+    one backward, one step); both optimisers are Adam's fused CPU kernel."""
 
     def __init__(self, actor: SacActor, cfg: SacConfig, critic_obs_dim: int | None = None) -> None:
         self.actor, self.cfg = actor, cfg
@@ -191,18 +193,18 @@ class SacLearner:
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), requires_grad=cfg.autotune)
         self.target_entropy = -float(actor.action_dim) if cfg.target_entropy is None else cfg.target_entropy
-        adam = {'lr': cfg.learning_rate, 'foreach': True}
-        self.actor_opt = torch.optim.Adam(actor.parameters(), **adam)
+        adam = {'lr': cfg.learning_rate, 'fused': True}
+        self.actor_opt = torch.optim.Adam([*actor.parameters(), *([self.log_alpha] if cfg.autotune else [])], **adam)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), **adam)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], **adam) if cfg.autotune else None
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.target.parameters())
 
     def update(self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor,
                states: Tensor | None = None, next_states: Tensor | None = None, discounts: Tensor | None = None
                ) -> dict[str, Tensor]:
-        """One gradient step of alpha, the critics and the actor on a batch (normalised observations, actions in
-        ``[-1, 1]``), then the polyak step; returns the losses and values as 0-d tensors.
+        """One gradient step of the critics, then of the actor (its loss on the updated critics) and alpha, on a
+        batch (normalised observations, actions in ``[-1, 1]``), then the polyak step; returns the losses and
+        values as 0-d tensors. Alpha enters both losses as it was before the step.
 
         The critics see ``states``/``next_states`` if given (else the observations), and bootstrap with the
         per-row ``discounts`` if given (else gamma)."""
@@ -212,33 +214,25 @@ class SacLearner:
         discount = cfg.gamma if discounts is None else discounts
         pi, logp_pi = self.actor.sample(obs)
         alpha = self.log_alpha.detach().exp()
-        stats = {'alpha': alpha, 'entropy': -logp_pi.detach().mean()}
-        if self.alpha_opt is not None:
-            alpha_loss = -(self.log_alpha * (logp_pi.detach() + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
         with torch.no_grad():
             next_pi, next_logp = self.actor.sample(next_obs)
-            next_q = self.target(next_states, next_pi).min(0).values - alpha * next_logp
-            target_q = rewards + discount * (1.0 - terminated) * next_q
+            next_q = self.target(next_states, next_pi).min(0).values.sub_(alpha * next_logp)
+            target_q = next_q.mul_(discount * (1.0 - terminated)).add_(rewards)
         q = self.critic(states, actions)
         critic_loss = 0.5 * (q - target_q).square().mean(1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
-        for param in self._critic_params:  # the actor's loss moves the actor only
-            param.requires_grad_(False)
-        actor_loss = (alpha * logp_pi - self.critic(states, pi).min(0).values).mean()
+        actor_loss = (alpha * logp_pi - self.critic(states, pi, frozen=True).min(0).values).mean()
         if cfg.smoothness > 0:  # CAPS (Mysore et al., 2021): the mean action changes little from one decision to the next
             step = self.actor.unit_mean(obs) - self.actor.unit_mean(next_obs)
             actor_loss = actor_loss + cfg.smoothness * step.norm(dim=-1).mean()
+        logp = logp_pi.detach()
+        loss = actor_loss - (self.log_alpha * (logp + self.target_entropy)).mean() if cfg.autotune else actor_loss
         self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        loss.backward()
         self.actor_opt.step()
-        for param in self._critic_params:
-            param.requires_grad_(True)
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, cfg.tau)
-        return {**stats, 'critic_loss': critic_loss.detach(), 'actor_loss': actor_loss.detach(),
-                'q_value': q.detach().mean()}
+        return {'alpha': alpha, 'entropy': -logp.mean(), 'critic_loss': critic_loss.detach(),
+                'actor_loss': actor_loss.detach(), 'q_value': q.detach().mean()}

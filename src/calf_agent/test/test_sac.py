@@ -2,6 +2,7 @@
 real gymnasium envs, its checkpoint through loading, the policy runner and the sim evaluation."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from pathlib import Path
@@ -191,3 +192,73 @@ def test_sac_learns_pendulum(tmp_path: Path) -> None:
     returns = result.episode_returns
     assert np.mean(returns[:5]) < -900, returns  # the random first 1,000 steps
     assert np.mean(returns[-5:]) > -600, (returns, time.perf_counter() - started)
+
+
+def textbook_update(actor: SacActor, critic: TwinQ, target: TwinQ, log_alpha: torch.Tensor, opts: dict,
+                    batch: tuple[torch.Tensor, ...], cfg: SacConfig) -> None:
+    """One SAC update as CleanRL's and SB3's write it, one critic at a time: alpha, the critics, the actor (its
+    loss on the updated critics), then the polyak step."""
+    obs, actions, rewards, next_obs, terminated, states, next_states, discounts = batch
+
+    def q(net: TwinQ, s: torch.Tensor, a: torch.Tensor, i: int) -> torch.Tensor:
+        x = torch.cat([s, a], -1)
+        for layer, (w, b) in enumerate(zip(net.weights, net.biases)):
+            x = x @ w[i] + b[i]
+            x = torch.relu(x) if layer < len(net.weights) - 1 else x
+        return x.squeeze(-1)
+
+    pi, logp_pi = actor.sample(obs)
+    alpha = log_alpha.detach().exp()
+    alpha_loss = -(log_alpha * (logp_pi.detach() - actor.action_dim)).mean()
+    opts['alpha'].zero_grad()
+    alpha_loss.backward()
+    opts['alpha'].step()
+    with torch.no_grad():
+        next_pi, next_logp = actor.sample(next_obs)
+        next_q = torch.min(q(target, next_states, next_pi, 0), q(target, next_states, next_pi, 1)) - alpha * next_logp
+        target_q = rewards + discounts * (1 - terminated) * next_q
+    critic_loss = sum(0.5 * (q(critic, states, actions, i) - target_q).square().mean() for i in (0, 1))
+    opts['critic'].zero_grad()
+    critic_loss.backward()
+    opts['critic'].step()
+    q_pi = torch.min(*(q(critic, states, pi, i) for i in (0, 1)))
+    actor_loss = (alpha * logp_pi - q_pi).mean()
+    if cfg.smoothness > 0:
+        actor_loss = actor_loss + cfg.smoothness * (actor.unit_mean(obs) - actor.unit_mean(next_obs)).norm(dim=-1).mean()
+    opts['actor'].zero_grad()
+    actor_loss.backward()  # into the critics' gradients too, which the next critic step clears
+    opts['actor'].step()
+    with torch.no_grad():
+        for t, c in zip(target.parameters(), critic.parameters()):
+            t.mul_(1 - cfg.tau).add_(cfg.tau * c)
+
+
+@pytest.mark.parametrize('smoothness', [0.0, 2.0])
+def test_the_update_learns_what_the_textbook_update_learns(smoothness: float) -> None:
+    """Same start, same noise, five updates: the learner's batched critics, merged steps and fused optimisers end
+    where one-critic-at-a-time SAC with plain Adam does (float rounding aside). BPQL's states and discounts too."""
+    cfg = SacConfig(smoothness=smoothness, learning_rate=1e-2, tau=0.05)
+    actor = make_actor()
+    learner = SacLearner(actor, cfg, critic_obs_dim=4)
+    ref_actor, ref_critic, ref_target = (copy.deepcopy(m) for m in (actor, learner.critic, learner.target))
+    ref_alpha = learner.log_alpha.detach().clone().requires_grad_(True)
+    plain = {'lr': cfg.learning_rate, 'foreach': False}
+    opts = {'actor': torch.optim.Adam(ref_actor.parameters(), **plain),
+            'critic': torch.optim.Adam(ref_critic.parameters(), **plain),
+            'alpha': torch.optim.Adam([ref_alpha], **plain)}
+    g = torch.Generator().manual_seed(5)
+    for step in range(5):
+        batch = (torch.randn(64, 3, generator=g), torch.rand(64, 2, generator=g) * 2 - 1, torch.randn(64, generator=g),
+                 torch.randn(64, 3, generator=g), (torch.rand(64, generator=g) < 0.1).float(),
+                 torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g), torch.rand(64, generator=g))
+        torch.manual_seed(step)
+        obs, actions, rewards, next_obs, terminated, states, next_states, discounts = batch
+        learner.update(obs, actions, rewards, next_obs, terminated, states=states, next_states=next_states,
+                       discounts=discounts)
+        torch.manual_seed(step)
+        textbook_update(ref_actor, ref_critic, ref_target, ref_alpha, opts, batch, cfg)
+    for mine, ref in ((actor, ref_actor), (learner.critic, ref_critic), (learner.target, ref_target)):
+        for (name, p), r in zip(mine.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(learner.log_alpha.detach(), ref_alpha.detach())
+    assert not torch.equal(next(actor.parameters()), next(make_actor().parameters()))  # the updates moved it
