@@ -1,6 +1,8 @@
-"""Tables of results/distributed.md from the run directories of bench/run_distributed.sh.
+"""Tables of results/distributed.md from the run directories of bench/run_distributed.sh (the sync policies)
+or bench/run_dist_goals.sh (the issue's goals, ``--goals``).
 
     python bench/distributed_report.py RUNS_DIR
+    python bench/distributed_report.py --goals RUNS_DIR
 
 Per run: time and env steps to the first deterministic evaluation >= 475 (the learner's eval.csv,
 10 episodes; evaluation time included), the final checkpoint's mean return over 20 deterministic
@@ -99,5 +101,84 @@ def main(root: Path) -> None:
                   f'{done[-1]["wall_time_s"]} s = {done[-1]["steps"] / done[-1]["wall_time_s"]:.0f} env steps/s.')
 
 
+GOAL_TARGETS = {'cp': 475.0, 'ip': 950.0}
+"""The return each task's goal runs must reach: CartPole's 475 on a deterministic evaluation (eval.csv),
+InvertedPendulum-v5's 950 on the 20-episode training return (progress.csv), which single-process calf train
+also logs."""
+
+
+def curve(run: Path) -> list[tuple[int, float]]:
+    """(env steps, 20-episode training return) after each update: the learner's or calf train's progress.csv."""
+    rows = list(csv.DictReader((run / 'progress.csv').open())) if (run / 'progress.csv').is_file() else []
+    return [(int(float(r.get('env_steps') or r['global_step'])), float(r['episodic_return'])) for r in rows
+            if r['episodic_return'] not in ('', 'nan')]
+
+
+def goal_row(run: Path) -> dict:
+    """One goal run: env steps to its task's target, final return, weight bytes (sent, and as snapshots)."""
+    task = run.name.split('_')[0]
+    target = GOAL_TARGETS[task]
+    summary_path = run / 'distributed.json'
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    if task == 'cp':
+        evals = list(csv.DictReader((run / 'eval.csv').open())) if (run / 'eval.csv').is_file() else []
+        hit = next((int(r['env_steps']) for r in evals if float(r['mean_return']) >= target), None)
+    else:
+        hit = next((steps for steps, ret in curve(run) if ret >= target), None)
+    eval_json = run.parent / f'{run.name}.eval.json'
+    final = json.loads(eval_json.read_text())['mean_return'] if eval_json.is_file() and eval_json.stat().st_size else None
+    points = curve(run)
+    row = {'run': run.name, 'group': re.sub(r'_s\d+$', '', run.name), 'steps_to_target': hit, 'final_return': final,
+           'last_window': points[-1][1] if points else None, 'env_steps': points[-1][0] if points else None,
+           'bytes': None, 'as_snapshots': None, 'messages': None, 'kinds': None, 'lag_p50': None,
+           'load': _load(run)}
+    if summary:
+        lags = [int(k) for k, n in summary['lag_histogram'].items() if k != 'other_run' for _ in range(n)]
+        kinds = summary['weights_messages']
+        row.update(bytes=summary['weights_sent']['bytes'], messages=summary['weights_sent']['messages'],
+                   as_snapshots=kinds.get('bytes_as_snapshots'), env_steps=summary['env_steps'],
+                   kinds=f'{kinds["snapshots"]} / {kinds["deltas"]}',
+                   lag_p50=float(np.percentile(lags, 50)) if lags else None)
+    return row
+
+
+def _load(run: Path) -> str:
+    path = run.parent / f'{run.name}.uptime'
+    if not path.is_file():
+        return '?'
+    return ' → '.join(line.split('load average:')[-1].split(',')[0].strip() for line in path.read_text().splitlines())
+
+
+def goals(root: Path) -> None:
+    """The goal tables: per run, then per group (medians over seeds) and the ratios the goals name."""
+    rows = [goal_row(run) for run in sorted(root.iterdir()) if run.is_dir() and (run / 'done').is_file()]
+    print('| run | env steps to target | final return (20 ep) | last 20-episode return | env steps | weight bytes '
+          '| as full snapshots | weight msgs (snapshots / deltas) | lag p50 | load at start → end |')
+    print('|---|---|---|---|---|---|---|---|---|---|')
+    for r in rows:
+        print(f'| {r["run"]} | {fmt(r["steps_to_target"])} | {fmt(r["final_return"], ".1f")} '
+              f'| {fmt(r["last_window"], ".1f")} | {fmt(r["env_steps"])} | {fmt(r["bytes"], ",")} '
+              f'| {fmt(r["as_snapshots"], ",")} | {fmt(r["messages"])} ({fmt(r["kinds"])}) | {fmt(r["lag_p50"], ".0f")} '
+              f'| {r["load"]} |')
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[r['group']].append(r)
+    print('\nPer group (medians over seeds; steps to target over the runs that reached it):\n')
+    print('| group | runs | reached target | env steps to target | final return | weight bytes | as full snapshots |')
+    print('|---|---|---|---|---|---|---|')
+    for name, group in groups.items():
+        print(f'| {name} | {len(group)} | {sum(r["steps_to_target"] is not None for r in group)} '
+              f'| {_median(group, "steps_to_target")} | {_median(group, "final_return")} | {_median(group, "bytes")} '
+              f'| {_median(group, "as_snapshots")} |')
+
+
+def _median(group: list[dict], key: str) -> str:
+    values = [r[key] for r in group if r[key] is not None]
+    return f'{np.median(values):,.0f}' if values else '-'
+
+
 if __name__ == '__main__':
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == '--goals':
+        goals(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]))
