@@ -474,8 +474,9 @@ class VectorNetworkedEnv(VectorEnv):
         ended = np.flatnonzero(self._pending)
         if ended.size:
             terminated, truncated, success = self._pending_flags[ended].T
-            self._finish(ended, self._decision_obs[ended], self._decision_applied[ended], terminated, truncated,
-                         success)
+            first = self._finish(ended, self._decision_obs[ended], self._decision_applied[ended], terminated, truncated,
+                                 success)
+            self._send_observations(ended, np.zeros(len(ended), np.int64), first, _no_applied(len(ended)))
         self._advance(np.ones(self.num_envs, bool))
         restarted = self._final.get('mask', np.zeros(self.num_envs, bool))
         reward = np.where(restarted, self._final.get('reward', 0.0), self._reward)
@@ -622,12 +623,14 @@ class VectorNetworkedEnv(VectorEnv):
         self._ticks[idx] += 1
         self._ticks_held[idx] += ~runs
         ended = terminated | truncated
-        if ended.any():
+        if ended.any():  # the restarted envs send their observation 0 with the others' observations
             success = (truncated & ~terminated) if self._success_on_truncation else (terminated & (reward > 0))
-            self._end(idx[ended], obs[ended], applied[ended], terminated[ended], truncated[ended], success[ended],
-                      active)
-        going = ~ended
-        self._send_observations(idx[going], tick[going], obs[going], applied[going])
+            restarted, first = self._end(idx[ended], obs[ended], applied[ended], terminated[ended], truncated[ended],
+                                         success[ended], active)
+            going = ~ended
+            idx, tick = np.concatenate([idx[going], restarted]), np.concatenate([tick[going], np.zeros_like(restarted)])
+            obs, applied = np.concatenate([obs[going], first]), np.concatenate([applied[going], _no_applied(len(first))])
+        self._send_observations(idx, tick, obs, applied)
 
     def _decide(self, idx: np.ndarray, seq: np.ndarray, now_ns: np.ndarray, obs: np.ndarray, applied: np.ndarray,
                 active: np.ndarray) -> None:
@@ -643,9 +646,10 @@ class VectorNetworkedEnv(VectorEnv):
         self._obs_key[idx[rows], cols] = _EMPTY
 
     def _end(self, idx: np.ndarray, obs: np.ndarray, applied: np.ndarray, terminated: np.ndarray,
-             truncated: np.ndarray, success: np.ndarray, active: np.ndarray) -> None:
+             truncated: np.ndarray, success: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Episodes end. One that ended before its first decision is returned as the reset observation
-        and reported at the next step; the others are recorded as final and restarted."""
+        and reported at the next step; the others are recorded as final and restarted: returns those and
+        their observations 0, which the caller sends."""
         fresh = self._fresh[idx]
         pending = idx[fresh]
         self._pending[pending] = True
@@ -653,14 +657,15 @@ class VectorNetworkedEnv(VectorEnv):
         self._decision_seq[pending], self._decision_obs[pending] = self._tick[pending], obs[fresh]
         self._decision_applied[pending] = applied[fresh]
         active[pending] = False
-        self._finish(idx[~fresh], obs[~fresh], applied[~fresh], terminated[~fresh], truncated[~fresh],
-                     success[~fresh])
+        done = ~fresh
+        return idx[done], self._finish(idx[done], obs[done], applied[done], terminated[done], truncated[done],
+                                       success[done])
 
     def _finish(self, idx: np.ndarray, obs: np.ndarray, applied: np.ndarray, terminated: np.ndarray,
-                truncated: np.ndarray, success: np.ndarray) -> None:
-        """Record the final step of envs ``idx`` and restart them."""
+                truncated: np.ndarray, success: np.ndarray) -> np.ndarray:
+        """Record the final step of envs ``idx`` and restart them (``_restart``): their observations 0, not sent."""
         if not idx.size:
-            return
+            return self._decision_obs[idx]
         n, final = self.num_envs, self._final
         if not final:
             final.update(mask=np.zeros(n, bool), obs=np.zeros_like(self._decision_obs), reward=np.zeros(n),
@@ -676,10 +681,14 @@ class VectorNetworkedEnv(VectorEnv):
         final['obs_lost'][idx], final['actions_lost'][idx] = self._obs_lost[idx], self._actions_lost[idx]
         final['executed'][idx], final['ticks_held'][idx] = self._executed[idx], self._ticks_held[idx]
         final['success'][idx] = success
-        self._reset_envs(idx)
+        return self._restart(idx)
 
     def _reset_envs(self, idx: np.ndarray) -> None:
-        """Start new episodes in envs ``idx`` and send their observation 0 (NetworkedEnv.reset).
+        """Start new episodes in envs ``idx`` and send their observation 0 (NetworkedEnv.reset)."""
+        self._send_observations(idx, np.zeros(len(idx), np.int64), self._restart(idx), _no_applied(len(idx)))
+
+    def _restart(self, idx: np.ndarray) -> np.ndarray:
+        """Start new episodes in envs ``idx``; return their observations 0, for the caller to send.
 
         The links run on: each env's link clock advances by the episode's length plus one tick."""
         advance = np.maximum((self._tick[idx] + 1) * self._dt_ns, self._busy_until[idx])
@@ -693,7 +702,7 @@ class VectorNetworkedEnv(VectorEnv):
                              (self._decisions, 0), (self._fresh, True), (self._pending, False),
                              (self._obs_key, _EMPTY), (self._act_key, _EMPTY)):
             array[idx] = value
-        self._send_observations(idx, np.zeros(len(idx), np.int64), obs, np.full((len(idx), 2), -1, np.int64))
+        return obs
 
     def _send_observations(self, idx: np.ndarray, seq: np.ndarray, obs: np.ndarray, applied: np.ndarray) -> None:
         origin = self._origin_ns[idx]
@@ -743,6 +752,11 @@ class VectorNetworkedCartPole(VectorNetworkedEnv):
     @property
     def cartpole(self) -> CartPoleBatch:
         return self.batch
+
+
+def _no_applied(n: int) -> np.ndarray:
+    """``(applied_obs_seq, applied_index)`` of ``n`` reset observations: none."""
+    return np.full((n, 2), -1, np.int64)
 
 
 def _lost(pos: np.ndarray, n: int) -> np.ndarray:
