@@ -56,7 +56,7 @@ class PlanningAgent(nn.Module):
 
     def __init__(self, base: BaseAgent, model: dict[str, Any], plan_horizon: int, lead: int,
                  start_plan: list[Action], hold_action: Action | None = None,
-                 disagreement_cut: float | None = None) -> None:
+                 disagreement_cut: float | None = None, lengths: list[int] | None = None) -> None:
         super().__init__()
         self.base = base
         if not isinstance(self.base, (MlpAgent, GaussianAgent)) or self.base.plan_horizon != 1:
@@ -79,6 +79,10 @@ class PlanningAgent(nn.Module):
                 disagreement_cut, (int, float)) or not 0 < disagreement_cut < math.inf):
             raise ValueError(f'disagreement_cut must be a positive number or absent, got {disagreement_cut!r}')
         self.disagreement_cut = disagreement_cut
+        if lengths is not None and not (lengths and all(
+                isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= plan_horizon for n in lengths)):
+            raise ValueError(f'lengths must be plan lengths in 1..{plan_horizon}, got {lengths!r}')
+        self.lengths = None if lengths is None else list(lengths)
         self.obs_dim = self.base.obs_dim
 
     def _action_tensor(self, action: Action, name: str) -> Tensor:
@@ -97,6 +101,8 @@ class PlanningAgent(nn.Module):
                 'plan_horizon': self.plan_horizon, 'lead': self.lead, 'start_plan': self.start_plan}
         if self.hold_action is not None:
             spec['hold_action'] = self.hold_action
+        if self.lengths is not None:
+            spec['lengths'] = self.lengths
         return spec if self.disagreement_cut is None else {**spec, 'disagreement_cut': self.disagreement_cut}
 
     def _env_action(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_plan: Tensor) -> Tensor:
@@ -129,14 +135,17 @@ class PlanningAgent(nn.Module):
         prev_plan = prev_plan if self.continuous else prev_plan[..., 0].long()
         states = x[None].expand(self.model.members, -1, -1)
         cut = torch.zeros(len(x), dtype=torch.bool)
+        length = self._length(torch.where(sent, seq_t - prev_seq, len(self.lengths or ())))
         plan: list[Tensor] = []
         for j in range(self.plan_horizon):
             if j < self.lead:
                 action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
             else:
                 action = torch.as_tensor(self.base.act(states.mean(0), deterministic=deterministic)[0])
-                if self.disagreement_cut is not None and plan:
-                    cut |= disagreement(states, self.model.y_std) > self.disagreement_cut
+                if plan:
+                    cut |= j >= length
+                    if self.disagreement_cut is not None:
+                        cut |= disagreement(states, self.model.y_std) > self.disagreement_cut
                     held = plan[-1] if self._hold is None else self._hold.to(action.dtype)
                     action = torch.where(_rows(cut, action), held, action)
             plan.append(action)
@@ -145,6 +154,13 @@ class PlanningAgent(nn.Module):
         memory = torch.cat([torch.ones(len(plans), 1), seq_t.view(-1, 1).float(),
                             plans.float().reshape(len(plans), -1)], 1)
         return plans.numpy(), (memory.unsqueeze(0),)
+
+
+    def _length(self, silence: Tensor) -> Tensor:
+        """The plan length ``[B]`` after silences ``[B]`` of so many ticks (``lengths``; H without them)."""
+        if self.lengths is None:
+            return torch.full_like(silence, self.plan_horizon)
+        return torch.as_tensor(self.lengths)[silence.clamp(1, len(self.lengths)) - 1]
 
 
 def _rows(mask: Tensor, like: Tensor) -> Tensor:

@@ -22,9 +22,10 @@ from calf_agent.evaluate import one_torch_thread
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.plan_agent import Action, BaseAgent, PlanningAgent
 from calf_agent.policies import MlpAgent
-from calf_agent.regimes import delay_ticks, first_element
+from calf_agent.regimes import TAIL_QUANTILE, delay_ticks, first_element, plan_coverage, silence_lengths, tail_horizon
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
+from calf_core.limits import MAX_PLAN_HORIZON
 from calf_core.network import resolve_network
 from calf_core.profiles import Profile
 from calf_core.task_spec import HoldMode, TaskSpec
@@ -145,10 +146,43 @@ SINGLE_MODEL = PlannerConfig(epochs=30, members=1, hidden=(64, 64), rollout=1, r
 """The planner before the ensemble: one small MLP on one-step changes of base-policy data. It fits in a
 fraction of the default's time and predicts tasks with smooth dynamics as well (CartPole, InvertedPendulum),
 but not the double pendulum."""
+RECIPES = {'ensemble': PlannerConfig(), 'single': SINGLE_MODEL}
+"""The model planner's recipes by name (an experiment row's ``model``)."""
+
+
+AUTO = 'auto'
+"""``plan_horizon`` of a planner whose horizon comes from the link's tail (``auto_horizon``); ``auto:NETWORK``
+takes the tail of NETWORK instead of the training network's."""
+MODEL_TOLERANCE = 0.1
+"""An automatic horizon ends before the tick at which the model's open-loop RMSE (held-out, per value, in units
+of that value's std, averaged over the values) exceeds this."""
+MIN_HORIZON = 2
+
+
+def tail_network(plan_horizon: int | str, network: str) -> str | None:
+    """The network whose tail an automatic ``plan_horizon`` covers (None for a fixed horizon)."""
+    if not isinstance(plan_horizon, str):
+        return None
+    if plan_horizon != AUTO and not plan_horizon.startswith(AUTO + ':'):
+        raise ConfigError(f'plan horizon must be a number of ticks, auto or auto:NETWORK, got {plan_horizon!r}')
+    return plan_horizon.partition(':')[2] or network
+
+
+def predictable_ticks(relative_rmse: np.ndarray, tolerance: float = MODEL_TOLERANCE) -> int:
+    """How many ticks ahead the model predicts within ``tolerance``: the ticks before the first whose relative
+    open-loop RMSE (``relative_rmse[j]`` after j + 1 ticks) exceeds it; all of them if none does."""
+    over = np.flatnonzero(np.asarray(relative_rmse) > tolerance)
+    return int(over[0]) if len(over) else len(relative_rmse)
+
+
+def auto_horizon(tail: int, predictable: int) -> int:
+    """The plan horizon: the link's tail (``regimes.tail_horizon``) capped by what the model predicts, at least
+    ``MIN_HORIZON`` and at most ``MAX_PLAN_HORIZON``."""
+    return max(MIN_HORIZON, min(tail, predictable, MAX_PLAN_HORIZON))
 
 
 @one_torch_thread()
-def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_horizon: int, seed: int,
+def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_horizon: int | str, seed: int,
                   lead: int | None = None, cfg: PlannerConfig | None = None,
                   progress: bool = True) -> dict[str, Any]:
     """Fit an ensemble dynamics model beside the base checkpoint ``base_dir`` and save the planner in ``out_dir``.
@@ -156,7 +190,10 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     Round 0's data comes from the base policy on the bare env (with random actions, ``EXPLORE``); each refit
     round's from the planner itself behind ``network``, so that the model learns the states its plans lead to.
     The held-out data (fresh base-policy episodes) gives the open-loop error per tick recorded in meta.json and
-    calibrates the disagreement cut.
+    calibrates the disagreement cut. An automatic ``plan_horizon`` (``AUTO``) plans over the tail of the link's
+    silences (``regimes.tail_horizon``) and is then cut to the ticks the fitted model predicts
+    (``predictable_ticks``, on the held-out data); its plans are silence-aware (``regimes.silence_lengths`` of the
+    same link: ``PlanningAgent.lengths``).
     """
     cfg = cfg or PlannerConfig()
     base, base_meta = load_checkpoint(base_dir)
@@ -169,6 +206,11 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     spec = env_spec(env)
     start_plan, hold_action = env_fallbacks(spec, make_env(env).action_space)
     profile = resolve_network(network)
+    tail_name = tail_network(plan_horizon, network)
+    coverage = None if tail_name is None else plan_coverage(resolve_network(tail_name), spec.dt)
+    tail = None if coverage is None else tail_horizon(coverage)
+    requested = plan_horizon
+    plan_horizon = auto_horizon(tail, MAX_PLAN_HORIZON) if tail is not None else int(plan_horizon)
     if lead is None:
         lead = first_element(delay_ticks(profile, spec.dt)[1], plan_horizon)  # p95: the plan is there by then
     if not 0 <= lead < plan_horizon:
@@ -197,6 +239,13 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
                         'transitions': len(parts[-1]), 'train_loss': loss})
     held_out = collect_transitions(env, base, 200 * plan_horizon * 2, seed + 1)  # round 0 ran seed
     errors, spread = open_loop(model, held_out, plan_horizon)
+    relative = np.sqrt(errors.mean(0)) / np.maximum(held_out.next_obs.std(0), 1e-8)
+    predictable = predictable_ticks(relative.mean(1))
+    if coverage is not None and tail is not None:
+        plan_horizon = agent.plan_horizon = auto_horizon(tail, predictable)
+        agent.lead = lead = min(lead, plan_horizon - 1)
+        agent.lengths = silence_lengths(coverage, plan_horizon)
+        errors, spread = errors[:, :plan_horizon], spread[:, :plan_horizon]
     cut = None if cfg.cut_quantile is None else float(np.quantile(spread, cfg.cut_quantile))
     agent.disagreement_cut = cut if cut is not None and cut > 0 else None
     rmse = np.sqrt(errors.mean(0))
@@ -206,11 +255,16 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
                 f'rollout_rmse_{plan_horizon}_ticks': [float(v) for v in rmse[-1]],
                 'rollout_rmse_by_tick': [[float(v) for v in row] for row in rmse],
                 'disagreement_by_tick': [float(v) for v in spread.mean(0)],
-                'disagreement_cut': agent.disagreement_cut, 'cut_quantile': cfg.cut_quantile}
+                'disagreement_cut': agent.disagreement_cut, 'cut_quantile': cfg.cut_quantile,
+                'predictable_ticks': predictable, 'model_tolerance': MODEL_TOLERANCE}
     meta = {'env': env, 'regime': 'model planner', 'network': network, 'plan_horizon': plan_horizon,
             'representation': {'frames': 1, 'actions': 0},
             **({'start_plan': start_plan} if spec.safe_start else {}),
             'planner': {'kind': 'model', 'lead': lead, 'base': str(base_dir), 'base_seed': base_meta.get('seed'),
                         'dynamics': dynamics}}
+    if tail is not None:
+        meta['planner']['horizon'] = {'requested': requested, 'tail_network': tail_name, 'tail_quantile': TAIL_QUANTILE,
+                                      'tail_ticks': tail, 'predictable_ticks': predictable,
+                                      'silence_lengths': agent.lengths}
     save_checkpoint(out_dir, agent, meta)
     return meta

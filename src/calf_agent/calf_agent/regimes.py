@@ -5,8 +5,10 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import gymnasium as gym
+import numpy as np
 
 from calf_agent.bpql_training import train_bpql
 from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
@@ -23,7 +25,7 @@ from calf_agent.training import train
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
-from calf_core.profiles import Profile, sample_e2e
+from calf_core.profiles import Profile, _uplink_arrivals, sample_e2e
 from calf_core.task_spec import ALGOS, SAC_ALGOS, HoldMode, SuccessRule, TaskSpec
 from calf_core.vector_networked import CartPoleBatch, EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
@@ -50,6 +52,82 @@ def first_element(d: int, plan_horizon: int) -> int:
     """The plan element that runs first behind a round trip of ``d`` ticks, rounded up (``delay_ticks``): a plan
     answering tick s's observation arrives after tick s + d - 1, so its element d - 1 runs at tick s + d."""
     return min(max(d - 1, 0), plan_horizon - 1)
+
+
+TAIL_QUANTILE = 0.999
+"""The share of ticks an automatic plan horizon covers (``tail_horizon``), and of plans a silence-aware plan
+length covers (``silence_lengths``)."""
+SILENCE_BUCKETS = 8
+"""Silence-aware plan lengths are kept for silences of 1 .. this many ticks (the last: this many or more)."""
+
+
+class PlanCoverage(NamedTuple):
+    """What a link does to plans, from ``plan_coverage``."""
+
+    ages: np.ndarray  # per tick after the first plan: t - s, the age of the newest plan at the env (s: its obs)
+    silences: np.ndarray  # per plan that ran: ticks since the observation the policy answered before it
+    needs: np.ndarray  # per plan that ran: the largest age it reached while the newest (the length it needed)
+
+
+def plan_coverage(profile: Profile, dt: float, ticks: int = 100_000, seed: int = 0) -> PlanCoverage:
+    """How ``profile`` ages the plans of a policy that answers every observation (virtual time, one long run):
+    observation k is sent at k * dt; the policy answers each observation newer than the last it answered,
+    ``compute_ms`` after it arrives; tick t runs the newest plan that has arrived, answering observation s, and
+    its element t - s - 1 (``timing.element_for_tick``)."""
+    compute_s = profile.compute_ms / 1e3
+    uplink, downlink = profile.make_links(np.random.default_rng(seed))
+    plans: list[tuple[float, int, int]] = []  # (arrival, obs seq, silence before it) of each plan that arrives
+    answered = -1
+    for arrive_s, send_s in _uplink_arrivals(uplink, ticks, dt):
+        seq = round(send_s / dt)
+        if seq <= answered:
+            continue
+        silence, answered = seq - answered, seq
+        arrivals = downlink.transmit(arrive_s + compute_s)
+        if arrivals:
+            plans.append((arrivals[0], seq, silence))
+    if not plans:
+        return PlanCoverage(*(np.zeros(0, dtype=np.int64),) * 3)
+    plans.sort()
+    arrival, seqs, silences = (np.asarray(column) for column in zip(*plans))
+    newest = _running_argmax(seqs)  # of the plans arrived so far, the one answering the newest observation
+    tick = np.arange(1, ticks)
+    arrived = np.searchsorted(arrival, tick * dt, side='left') - 1  # the last plan arrived before the tick
+    seen = arrived >= 0
+    running = newest[arrived[seen]]
+    ages = tick[seen] - seqs[running]
+    needs = np.zeros(len(plans), dtype=np.int64)
+    np.maximum.at(needs, running, ages)
+    ran = np.zeros(len(plans), dtype=bool)
+    ran[running] = True
+    return PlanCoverage(ages, silences[ran], needs[ran])
+
+
+def _running_argmax(values: np.ndarray) -> np.ndarray:
+    """For each i, the index of the largest of ``values[: i + 1]`` (the first such)."""
+    best = np.maximum.accumulate(values)
+    first = np.flatnonzero(np.r_[True, best[1:] != best[:-1]])  # where a new largest value appears
+    return first[np.searchsorted(first, np.arange(len(values)), side='right') - 1]
+
+
+def tail_horizon(coverage: PlanCoverage, quantile: float = TAIL_QUANTILE) -> int:
+    """The plan horizon that covers ``quantile`` of the ticks: that quantile of the plans' ages, so a plan lasts
+    through the silences (outages, stalls, loss bursts) the link produces up to its tail; at least 1."""
+    return max(1, math.ceil(np.quantile(coverage.ages, quantile) - 1e-9)) if len(coverage.ages) else 1
+
+
+def silence_lengths(coverage: PlanCoverage, horizon: int, quantile: float = TAIL_QUANTILE) -> list[int]:
+    """Plan lengths by the silence the policy heard before it answered: entry g - 1 covers ``quantile`` of the
+    plans sent after a silence of at least g ticks (``SILENCE_BUCKETS`` entries, the last for that many or more),
+    never decreasing with g, and at most ``horizon``. On a link whose outages last, a plan sent as the link comes
+    back from one must last longer than one sent while it is good."""
+    lengths, longest = [], 1
+    for g in range(1, SILENCE_BUCKETS + 1):
+        needs = coverage.needs[coverage.silences >= g]
+        if len(needs):
+            longest = max(longest, math.ceil(np.quantile(needs, quantile) - 1e-9))
+        lengths.append(min(horizon, longest))
+    return lengths
 
 
 def _ticks(latency_ms: float, dt: float) -> int:

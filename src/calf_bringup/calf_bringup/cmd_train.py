@@ -14,7 +14,7 @@ from calf_agent.dist.learner import SUMMARY
 from calf_agent.dist.sync import DEFAULT_APS_DELTA, DEFAULT_LAG_CAP, parse_sync
 from calf_agent.dynamics import MAX_MEMBERS
 from calf_agent.imitation import train_student
-from calf_agent.planner import PlannerConfig, train_planner
+from calf_agent.planner import AUTO, PlannerConfig, tail_network, train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
@@ -56,8 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--obs-age', action='store_true',
                         help='also give the policy the age of the newest observation (sim only: a policy node '
                              'has no clock shared with the env)')
-    parser.add_argument('--plan-horizon', type=count(1, MAX_PLAN_HORIZON), default=1, metavar='H',
-                        help='actions per message: a plan for the H ticks after the observation (default 1)')
+    parser.add_argument('--plan-horizon', type=_plan_horizon, default=1, metavar='H',
+                        help='actions per message: a plan for the H ticks after the observation (default 1); '
+                             'model planner: auto covers 99.9 %% of the ticks\' silences on the training network '
+                             '(auto:NETWORK: on NETWORK), cut to the ticks its model predicts, with plans whose '
+                             'length follows the silence before them')
     parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
                         help='how plans are made: ppo (one head per element, loss on executed elements) or '
                              'model (PPO on the bare env plus a learned dynamics model rolled forward; '
@@ -106,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
     check_out_parent(args.out, 'checkpoint directory')  # before any work: trainings create it
+    if isinstance(args.plan_horizon, str) and args.planner != 'model':
+        raise ConfigError(f'--plan-horizon {args.plan_horizon} is the model planner\'s: add --planner model, or give '
+                          'a number of ticks')
     if args.algo in SAC_ALGOS and (args.workers is not None or args.planner == 'model'):
         raise ConfigError(f'--algo {args.algo} trains in one process: drop --workers and --planner model, or use '
                           '--algo ppo')
@@ -128,14 +134,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_horizon(text: str) -> int | str:
+    """``--plan-horizon``: ticks in [1, MAX_PLAN_HORIZON], ``auto`` or ``auto:NETWORK``."""
+    if text == AUTO or text.startswith(AUTO + ':') and len(text) > len(AUTO) + 1:
+        return text
+    try:
+        return count(1, MAX_PLAN_HORIZON)(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f'{err}, or auto, or auto:NETWORK') from None
+
+
 def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
-    if args.plan_horizon < 2:
-        raise ConfigError('--planner model needs --plan-horizon >= 2 (16 covers wifi_degraded)')
+    if isinstance(args.plan_horizon, str):
+        resolve_network(tail_network(args.plan_horizon, network) or network)  # a bad name fails before training
+    elif args.plan_horizon < 2:
+        raise ConfigError('--planner model needs --plan-horizon >= 2 (16 covers wifi_degraded), or auto')
     if train_defaults(args.env).agent != 'mlp':
         raise ConfigError(f'--planner model rolls a fully observed state forward, and {args.env} trains a '
                           f'memory (LSTM) policy on partial observations: use --planner ppo')
-    if args.plan_lead is not None and not 0 <= args.plan_lead < args.plan_horizon:
+    if args.plan_lead is not None and isinstance(args.plan_horizon, int) and not 0 <= args.plan_lead < args.plan_horizon:
         raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
                         regime='baseline', progress=not args.quiet, algo='ppo')

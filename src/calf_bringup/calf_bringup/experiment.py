@@ -35,6 +35,7 @@ class TrainJob:
         planner = '' if self.row.planner == 'ppo' else f'-{self.row.planner}'
         features = {None: '', True: '-ds', False: '-nods'}[self.row.delay_state]
         algo = f'-{self.row.algo}' if self.row.algo else ''
+        planner += f'-{self.row.model}' if self.row.model else ''
         return (f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}{features}{algo}-{self.steps}steps'
                 f'-seed{self.seed}')
 
@@ -62,7 +63,7 @@ def run_train(job: TrainJob, cache: Path) -> Path:
     A model-planner or imitation job first trains (or finds) its Baseline job.
     """
     from calf_agent.imitation import train_student
-    from calf_agent.planner import train_planner
+    from calf_agent.planner import RECIPES, train_planner
     from calf_agent.regimes import default_representation, train_policy
     from calf_core.network import resolve_network
     final = cache / 'train' / job.key
@@ -73,7 +74,7 @@ def run_train(job: TrainJob, cache: Path) -> Path:
     rep = default_representation(job.env, resolve_network(job.row.network), job.row.delay_state)
     if job.row.planner == 'model':
         train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
-                      progress=False)
+                      cfg=RECIPES[job.row.model or 'ensemble'], progress=False)
     elif job.row.planner == 'imitation':
         train_student(run_train(job.base, cache), job.env, job.row.network, job.seed, partial, steps=job.steps,
                       plan_horizon=job.row.plan_horizon, rep=rep, regime=job.row.name, progress=False)

@@ -13,15 +13,18 @@ class Row(NamedTuple):
     (``calf_agent.planner``) whose rollout lead comes from ``network``; ``planner='imitation'`` trains a
     student of that checkpoint behind ``network`` by DAgger (``calf_agent.imitation``). ``delay_state`` turns the
     delay state on or off in the representation (None: the default for the env and profile). ``algo``
-    is the training algorithm, ppo or sac (None: the env's default, its spec's ``algo`` else ppo).
+    is the training algorithm, ppo or sac (None: the env's default, its spec's ``algo`` else ppo). A model
+    planner's ``plan_horizon`` may be ``'auto'`` (``calf_agent.planner.auto_horizon``), and ``model`` names its
+    recipe in ``calf_agent.planner.RECIPES`` (None: the default ensemble).
     """
 
     name: str
     network: str
-    plan_horizon: int = 1
+    plan_horizon: int | str = 1
     planner: str = 'ppo'
     delay_state: bool | None = None
     algo: str | None = None
+    model: str | None = None
 
 
 BASED_PLANNERS = ('model', 'imitation')
@@ -161,7 +164,30 @@ TABLES['robots_reacher'] = robots_table('robots_reacher', 'Reacher-v5', 20, 100_
 TABLES['robots_half_cheetah'] = robots_table(
     'robots_half_cheetah', 'HalfCheetah-v5', 50, 200_000,
     (Row('Augmented SAC, trained at 5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml', algo='sac'),))
-TABLE_GROUPS = {'robots': ('robots_double_pendulum', 'robots_reacher', 'robots_half_cheetah')}
+
+# Outages (issue 31): Wi-Fi-D and the four harsh built-in profiles, whose outages last 100 ms to over a second.
+# Plans with the Table-4 horizon against plans whose horizon covers the silences of outage_burst, the harshest,
+# up to their 99.9th percentile and whose length follows the silence before them (calf train --plan-horizon
+# auto:outage_burst); both trained behind full_net_aware over the Baseline of the same seed, with the single-model
+# recipe (planner.RECIPES).
+OUTAGE_COLUMNS = (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-D', 'wifi_degraded'),
+                  Column('Outage-Burst', 'outage_burst'), Column('Scan-Stall', 'scan_stall'),
+                  Column('Congested-Uplink', 'congested_uplink'), Column('Shared-Outage', 'shared_outage'))
+
+
+def outages_table(name: str, env: str, steps: int, fixed_horizon: int) -> TableSpec:
+    """An outages table for ``env``: Baseline, Full, plans with ``fixed_horizon`` and adaptive plans."""
+    rows = (Row('Baseline', 'sim_clean'), Row('Full Net-Aware', 'full_net_aware'),
+            Row(f'Full + plans, H = {fixed_horizon}', 'full_net_aware', fixed_horizon, 'model', model='single'),
+            Row('Adaptive plans (auto:outage_burst)', 'full_net_aware', 'auto:outage_burst', 'model', model='single'))
+    return TableSpec(name, f'{env} behind outages: mean episode return (± std across seeds)', env, 'mean_return',
+                     1.0, steps, rows, OUTAGE_COLUMNS, {}, (rows[0].name, OUTAGE_COLUMNS[0].name))
+
+
+TABLES['outages_cartpole'] = outages_table('outages_cartpole', 'cartpole', 200_000, PLAN_HORIZON)
+TABLES['outages_inverted_pendulum'] = outages_table('outages_inverted_pendulum', 'InvertedPendulum-v5', 100_000, 12)
+TABLE_GROUPS = {'robots': ('robots_double_pendulum', 'robots_reacher', 'robots_half_cheetah'),
+                'outages': ('outages_cartpole', 'outages_inverted_pendulum')}
 """Names that run several tables: ``calf experiment robots``."""
 
 ENV_TABLE_PREFIX = 'env_'
