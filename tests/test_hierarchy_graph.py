@@ -59,7 +59,8 @@ def test_hierarchical_nodes_and_topics(hierarchy: Path) -> None:
                                        placement='hierarchical')) == [
         NodeSpec('calf_env', 'env_node', 'env', '/calf',
                  {'env': 'cartpole', 'seed': 0, 'time_scale': 2.0, 'episodes': 0}, ENV_REMAPS, 'edge', {}, True),
-        NodeSpec('calf_shim', 'shim_node', 'shim', '/calf', {'network': 'wifi_normal', 'seed': 0, 'time_scale': 2.0},
+        NodeSpec('calf_shim', 'shim_node', 'shim', '/calf', {'network': 'wifi_normal', 'seed': 0, 'time_scale': 2.0,
+                                                             'desktop_stamped': True},
                  [('edge/action', '/calf/edge/candidates')], 'edge', {}, True),
         NodeSpec('calf_agent', 'arbiter_node', 'arbiter', '/calf', {'hierarchy': str(root), 'time_scale': 2.0},
                  [('observation', '/calf/edge/observation'), ('candidates', '/calf/edge/candidates'),

@@ -159,8 +159,11 @@ def _env_node(options: RunOptions, extra_env: dict[str, str], start_plan: tuple[
 
 
 def _shim_node(options: RunOptions, extra_env: dict[str, str], remappings: list[tuple[str, str]]) -> NodeSpec:
-    return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE, node_parameters(options, 'shim'), remappings, 'edge',
-                    dict(extra_env), True)
+    """The shim, beside the env; with every node on one machine, the policy's stamps share its clock too."""
+    params = node_parameters(options, 'shim')
+    if options.role == 'all':
+        params['desktop_stamped'] = True
+    return NodeSpec('calf_shim', 'shim_node', 'shim', NAMESPACE, params, remappings, 'edge', dict(extra_env), True)
 
 
 def _policy_nodes(options: RunOptions, with_shim: bool, extra_env: dict[str, str]) -> list[NodeSpec]:

@@ -45,9 +45,10 @@ def env_node(seed: int = 0, time_scale: float = 1.0, episodes: int = 0) -> NodeS
                     ENV_REMAPS, 'edge', {}, True)
 
 
-def shim_node(network: str, seed: int = 0, time_scale: float = 1.0) -> NodeSpec:
+def shim_node(network: str, seed: int = 0, time_scale: float = 1.0, one_machine: bool = True) -> NodeSpec:
+    one = {'desktop_stamped': True} if one_machine else {}
     return NodeSpec('calf_shim', 'shim_node', 'shim', '/calf',
-                    {'network': network, 'seed': seed, 'time_scale': time_scale}, [], 'edge', {}, True)
+                    {'network': network, 'seed': seed, 'time_scale': time_scale, **one}, [], 'edge', {}, True)
 
 
 def policy_node(remaps: list[tuple[str, str]]) -> NodeSpec:
@@ -61,13 +62,13 @@ def policy_node(remaps: list[tuple[str, str]]) -> NodeSpec:
     ('local_sim', 'desktop', 'sim_clean', [policy_node(EDGE_POLICY)]),
     ('sim_net', 'all', 'wifi_normal', [env_node(), shim_node('wifi_normal'), policy_node(DESKTOP_POLICY)]),
     ('sim_net', 'all', 'sim_clean', [env_node(), shim_node('sim_clean'), policy_node(DESKTOP_POLICY)]),
-    ('sim_net', 'edge', 'wifi_normal', [env_node(), shim_node('wifi_normal')]),
+    ('sim_net', 'edge', 'wifi_normal', [env_node(), shim_node('wifi_normal', one_machine=False)]),
     ('sim_net', 'desktop', 'wifi_normal', [policy_node(DESKTOP_POLICY)]),
     ('edge_sim', 'all', 'sim_clean', [env_node(), policy_node(EDGE_POLICY)]),
     ('edge_sim', 'edge', 'sim_clean', [env_node()]),
     ('edge_sim', 'desktop', 'sim_clean', [policy_node(EDGE_POLICY)]),
     ('edge_sim', 'all', 'wifi_degraded', [env_node(), shim_node('wifi_degraded'), policy_node(DESKTOP_POLICY)]),
-    ('edge_sim', 'edge', 'wifi_degraded', [env_node(), shim_node('wifi_degraded')]),
+    ('edge_sim', 'edge', 'wifi_degraded', [env_node(), shim_node('wifi_degraded', one_machine=False)]),
     ('edge_sim', 'desktop', 'wifi_degraded', [policy_node(DESKTOP_POLICY)]),
 ])
 def test_nodes_per_mode_and_role(mode: str, role: str, network: str, expected: list[NodeSpec]) -> None:
@@ -234,7 +235,7 @@ def test_command_line_of_each_node() -> None:
         '-r', 'episode_result:=/calf/edge/episode_result', '-r', 'link_stats:=/calf/edge/link_stats']
     assert command_line(shim, '/ws/install') == [
         '/ws/install/calf_shim/lib/calf_shim/shim_node', '--ros-args', '-r', '__node:=shim', '-r', '__ns:=/calf',
-        '-p', 'network:=wifi_normal', '-p', 'seed:=0', '-p', 'time_scale:=2.0']
+        '-p', 'network:=wifi_normal', '-p', 'seed:=0', '-p', 'time_scale:=2.0', '-p', 'desktop_stamped:=true']
     assert command_line(policy, '/ws/install') == [
         '/ws/install/calf_agent/lib/calf_agent/policy_node', '--ros-args', '-r', '__node:=policy',
         '-r', '__ns:=/calf', '-p', 'policy:=/ckpt/run 1', '-p', 'deterministic:=true',
@@ -265,7 +266,7 @@ def test_calf_run_starts_the_graph_of_its_arguments(monkeypatch: pytest.MonkeyPa
     argv = ['run', 'edge_sim', '--role', 'edge', '--network', 'wifi_degraded', '--domain-id', '9', '--seed', '7',
             '--time-scale', '4', '--episodes', '3']
     assert cli.main(argv) == 0
-    assert started == [([env_node(7, 4.0, 3), shim_node('wifi_degraded', 7, 4.0)], 9)]
+    assert started == [([env_node(7, 4.0, 3), shim_node('wifi_degraded', 7, 4.0, one_machine=False)], 9)]
 
 
 def test_calf_run_respawn_flags_become_the_runners_respawn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -397,4 +398,4 @@ def test_every_forwarded_option_is_a_parameter_its_node_declares() -> None:
     options = RunOptions.of('sim_net', network='delay_only', policy='/ckpt', seed=7, time_scale=4.0)
     assert [spec.parameters for spec in build_graph(options)[:2]] == [
         {'env': 'cartpole', 'seed': 7, 'time_scale': 4.0, 'episodes': 0},
-        {'network': 'delay_only', 'seed': 7, 'time_scale': 4.0}]
+        {'network': 'delay_only', 'seed': 7, 'time_scale': 4.0, 'desktop_stamped': True}]  # one machine

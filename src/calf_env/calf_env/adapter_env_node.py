@@ -28,6 +28,7 @@ from calf_core.errors import ConfigError, MessageError
 from calf_core.timing import ObsRecord
 from calf_env.env_node import EnvNode
 from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
+from calf_ros.arrival import age_s
 from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
@@ -70,7 +71,7 @@ class AdapterEnvNode(EnvNode):
         self._obs_pub.publish(msg)
 
     def _on_command(self, msg: Any, info: MessageInfo) -> None:
-        _, now = self._now()
+        now = self._now()[1] - age_s(info)  # arrived when DDS received it (calf_ros.arrival)
         self.actions_received += 1
         self.losses.on_message(info)
         try:

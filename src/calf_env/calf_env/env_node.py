@@ -37,6 +37,7 @@ from calf_core.errors import ConfigError, MessageError
 from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
+from calf_ros.arrival import age_s
 from calf_ros.conversions import link_stats_msg, msg_to_plan, obs_to_msg, summary_to_msg
 from calf_ros.losses import MiddlewareLosses
 from calf_ros.node_main import run_node
@@ -181,7 +182,7 @@ class EnvNode(Node):
         return False
 
     def _on_action(self, msg: Action, info: MessageInfo) -> None:
-        _, now = self._now()
+        now = self._now()[1] - age_s(info)  # arrived when DDS received it (calf_ros.arrival)
         self.actions_received += 1
         self.losses.on_message(info)
         try:

@@ -5,9 +5,17 @@ the calf_msgs shim, an entry of the generic shim). ``ShimBase`` holds the lanes'
 on the monotonic clock, subscribes raw to each lane's input, backdating each message to when DDS
 received it so that executor lag does not add to the modelled delay, and publishes one
 ``LinkStats`` per lane on ``shim/link_stats``. ``subscribe_raw`` is also the trace recorder's.
+
+A lane whose senders stamp their messages on this machine's steady clock (``stamped``: the env's
+Observations, a policy's Actions on the same host) goes further back, to the message's ``header.stamp``:
+the link's delay then runs from when the message was sent, as in virtual time (an observation leaves at
+its tick), and the hop into the shim (the env's publishing, DDS, the shim's wake-up: about 1 ms of a
+live round trip's p50 at delay_only) is part of the modelled delay instead of being added to it. A stamp
+in the future or older than ``MAX_AGE_S`` (another machine's clock) falls back to the DDS receive time.
 """
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,12 +31,11 @@ from rclpy.qos import QoSProfile
 from rclpy.subscription import Subscription
 
 from calf_msgs.msg import LinkStats
+from calf_ros.arrival import MAX_AGE_S, age_s
 from calf_ros.conversions import link_stats_msg
 from calf_ros.losses import MiddlewareLosses
 from calf_ros.qos import RESULTS
 from calf_shim.relay import Relay, ReleaseThread
-
-MAX_AGE_S = 0.5  # bound on DDS-to-callback backdating, against wall-clock steps
 
 
 def monotonic_s() -> float:
@@ -37,12 +44,24 @@ def monotonic_s() -> float:
 
 
 def received_s(info: dict) -> float:
-    """When DDS received the message, on the monotonic clock (DDS stamps it with the wall clock)."""
-    now_s, wall_ns = monotonic_s(), time.time_ns()
-    received_ns = info.get('received_timestamp', 0)
-    if not received_ns:
-        return now_s
-    return now_s - min(max((wall_ns - received_ns) / 1e9, 0.0), MAX_AGE_S)
+    """When DDS received the message, on the monotonic clock (``calf_ros.arrival``)."""
+    return monotonic_s() - age_s(info)
+
+
+def stamp_s(data: bytes) -> float | None:
+    """``header.stamp`` in seconds of a serialized message that starts with a std_msgs/Header (Observation,
+    Action), or None if the bytes are too short. CDR: a 4-byte encapsulation header, then stamp (int32, uint32)."""
+    if len(data) < 12:
+        return None
+    sec, nanosec = struct.unpack_from('<iI' if data[1] & 1 else '>iI', data, 4)
+    return sec + nanosec / 1e9
+
+
+def sent_s(data: bytes, received: float) -> float:
+    """When a message stamped on this machine's steady clock was sent: its stamp, unless that is in the future
+    or more than ``MAX_AGE_S`` before ``received`` (not this clock), then ``received``."""
+    stamp = stamp_s(data)
+    return stamp if stamp is not None and 0.0 <= received - stamp <= MAX_AGE_S else received
 
 
 def subscribe_raw(node: Node, msg_type: type, topic: str, callback: Callable[..., None], qos: QoSProfile,
@@ -84,15 +103,17 @@ class ShimBase(Node):
         self.releaser = ReleaseThread([(relay, send) for _, relay, send in lanes], clock=monotonic_s)
 
     def subscribe_lane(self, index: int, msg_type: type, topic: str, qos: QoSProfile,
-                       on_relayed: Callable[[bytes, float, list[float]], None] | None = None) -> Subscription:
-        """Relay what arrives on ``topic`` through lane ``index``; then ``on_relayed(data, received_s, releases)``."""
+                       on_relayed: Callable[[bytes, float, list[float]], None] | None = None,
+                       stamped: bool = False) -> Subscription:
+        """Relay what arrives on ``topic`` through lane ``index``; then ``on_relayed(data, received_s, releases)``.
+        ``stamped``: its senders stamp ``header.stamp`` on this machine's steady clock (``sent_s``)."""
         lane = self.lanes[index]
 
         def on_lost(info: QoSMessageLostInfo) -> None:
             lane.losses.on_reported(info.total_count_change)
 
         def on_message(data: bytes, info: dict) -> None:
-            when = received_s(info)
+            when = sent_s(data, received_s(info)) if stamped else received_s(info)
             lane.losses.on_message(info)
             releases = self.releaser.submit(index, data, len(data), when)
             if on_relayed is not None:

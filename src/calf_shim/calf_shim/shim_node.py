@@ -45,6 +45,10 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'desktop_reliability': (STREAM.reliability, 'QoS reliability on desktop/*: best_effort or reliable'),
     'desktop_durability': (STREAM.durability, 'QoS durability on desktop/*: volatile or transient_local'),
     'desktop_depth': (STREAM.depth, 'QoS history depth on desktop/*'),
+    'edge_stamped': (True, 'the senders on edge/* (the env, beside the shim) stamp their messages on this machine\'s '
+                     'steady clock: each delay runs from the message\'s stamp, not from its arrival at the shim'),
+    'desktop_stamped': (False, 'the senders on desktop/* (the policy) stamp their messages on this machine\'s '
+                        'steady clock: each delay runs from the message\'s stamp, not from its arrival'),
     'stats_period_s': (1.0, 'period of LinkStats on shim/link_stats (seconds)'),
     'realtime_priority': (0, 'if > 0, the release and executor threads run SCHED_FIFO at this priority (Linux, '
                           'needs CAP_SYS_NICE or an rtprio limit); keeps release times accurate on a busy host'),
@@ -63,6 +67,8 @@ class ShimConfig:
     queue_bytes: int
     edge_qos: QosConfig
     desktop_qos: QosConfig
+    edge_stamped: bool
+    desktop_stamped: bool
     stats_period_s: float
     realtime_priority: int
 
@@ -73,7 +79,7 @@ class ShimConfig:
         config = cls(p['network'], p['profile_dir'], p['seed'], p['time_scale'], p['queue_capacity'], p['queue_bytes'],
                      QosConfig(p['edge_reliability'], p['edge_durability'], p['edge_depth']),
                      QosConfig(p['desktop_reliability'], p['desktop_durability'], p['desktop_depth']),
-                     p['stats_period_s'], p['realtime_priority'])
+                     p['edge_stamped'], p['desktop_stamped'], p['stats_period_s'], p['realtime_priority'])
         if not config.stats_period_s > 0:
             raise ConfigError(f'stats_period_s must be > 0, got {config.stats_period_s}')
         return config
@@ -108,8 +114,8 @@ class ShimNode(ShimBase):
              self.create_publisher(Action, 'edge/action', edge).publish),
         ])
         self.gaps = GapEstimator()  # uplink observations lost before the shim, from their seq numbers
-        self.subscribe_lane(UPLINK, Observation, 'edge/observation', edge, self._observe_ids)
-        self.subscribe_lane(DOWNLINK, Action, 'desktop/action', desktop)
+        self.subscribe_lane(UPLINK, Observation, 'edge/observation', edge, self._observe_ids, cfg.edge_stamped)
+        self.subscribe_lane(DOWNLINK, Action, 'desktop/action', desktop, stamped=cfg.desktop_stamped)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.start_relaying(cfg.stats_period_s)
         request_realtime(self, self.releaser.native_id, 'release')
