@@ -281,7 +281,10 @@ class BatchLink:
         if not self._reorder and pos.size:  # FIFO: no copy before a copy of the env's previous message
             envs = idx[pos]
             arrive = np.maximum(arrive, self._last_arrive[envs])
-            np.maximum.at(self._last_arrive, envs, arrive)
+            if self.copies:  # an env may have several copies here
+                np.maximum.at(self._last_arrive, envs, arrive)
+            else:
+                self._last_arrive[envs] = arrive
         return pos, np.rint(np.minimum(arrive * 1e9, _LATEST_NS)).astype(np.int64)
 
     def _meet_shared(self, idx: np.ndarray, pos: np.ndarray, sent: np.ndarray,
