@@ -1,7 +1,9 @@
 """The policy node: answers each observation on ``observation`` with a plan on ``action``.
 
 The decisions are ``calf_agent.policy_runner.PolicyRunner``'s: newest observation only, the
-trainer's features, recurrent state per episode. ``compute_ms`` in each Action is the time from
+trainer's features, recurrent state per episode. Observations that reach the node together (a stall
+releasing, a queue of them) are acted on once, on the newest, as in virtual time: the callback takes what is
+already waiting behind its message before it acts, so an older one of a burst is never answered first. ``compute_ms`` in each Action is the time from
 the observation's arrival in the callback to the action's publication, on the steady clock. torch is
 imported when the node is made, not with this module: ``main`` then loads it after ``run_node`` raised
 the process's priority, which on a busy host cut the node's start-up most (torch is most of it).
@@ -57,10 +59,10 @@ class PolicyNode(Node):
         from calf_agent.policy_runner import PolicyRunner  # torch: see the module's docstring
 
         self.runner = runner = PolicyRunner.from_checkpoint(cfg.policy, cfg.deterministic)
-        self.received = self.rejected = self.acted = 0
+        self.received = self.rejected = self.acted = self.skipped = 0  # skipped: older ones of a burst
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._action_pub = self.create_publisher(Action, 'action', cfg.qos.profile())
-        self.create_subscription(Observation, 'observation', self._on_observation, cfg.qos.profile())
+        self._sub = self.create_subscription(Observation, 'observation', self._on_observation, cfg.qos.profile())
         self.get_logger().info(
             f'policy {cfg.policy} ({runner.env or "env not recorded"}): {runner.obs_size} observation values, '
             f'{runner.action_description}, plan horizon {runner.plan_horizon}, '
@@ -69,6 +71,7 @@ class PolicyNode(Node):
     def _on_observation(self, msg: Observation) -> None:
         start_ns = self._clock.now().nanoseconds
         self.received += 1
+        msg = self._newest(msg)
         try:
             obs = msg_to_obs(msg, self.runner.obs_size)
         except MessageError as err:
@@ -87,6 +90,18 @@ class PolicyNode(Node):
         end_ns = self._clock.now().nanoseconds
         self._action_pub.publish(plan_to_msg(obs, plan, self.config.source, (end_ns - start_ns) / 1e6, end_ns))
         self.acted += 1
+
+
+    def _newest(self, msg: Observation) -> Observation:
+        """``msg``, or the newest observation already waiting behind it (same run: the later seq wins)."""
+        with self._sub.handle:
+            while (waiting := self._sub.handle.take_message(Observation, False)) is not None:
+                later = waiting[0]
+                self.received += 1
+                self.skipped += 1
+                if later.run != msg.run or (later.episode, later.seq) > (msg.episode, msg.seq):
+                    msg = later
+        return msg
 
 
 def _make_node() -> PolicyNode:
