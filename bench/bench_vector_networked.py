@@ -15,15 +15,23 @@ bare ones), random actions, medians over ``--repeats``; each repeat measures eve
 rows all run in this process and are timed on its CPU time, so other jobs on a shared machine do not count; the
 HalfCheetah rows are timed on wall-clock time, since the async env's work is in its subprocesses.
 
-    python bench/bench_vector_networked.py [--seconds 3] [--repeats 3] [--envs 16] [--many 256]
+With ``--against REV`` (a git revision of this repository) the CartPole rows of ``VectorNetworkedCartPole`` are
+measured for that revision's ``calf_core/vector_networked.py`` too, in the same run, and their ratio printed.
+
+    python bench/bench_vector_networked.py [--seconds 3] [--repeats 3] [--envs 16] [--many 256] [--against REV]
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import gymnasium as gym
 import numpy as np
@@ -50,6 +58,20 @@ def ticks_per_s(make: Callable[[], gym.vector.VectorEnv], seconds: float,
     return ticks / elapsed, steps * envs.num_envs / elapsed
 
 
+def module_at(rev: str) -> ModuleType:
+    """``calf_core.vector_networked`` as it is at git revision ``rev`` of this repository (importing today's rest)."""
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(['git', 'show', f'{rev}:src/calf_core/calf_core/vector_networked.py'], cwd=root,
+                            check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / 'vector_networked_at_rev.py'
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f'calf_core.vector_networked_{rev}', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--seconds', type=float, default=3.0)
@@ -57,6 +79,7 @@ def main() -> None:
     parser.add_argument('--envs', type=int, default=16)
     parser.add_argument('--many', type=int, default=256)
     parser.add_argument('--network', default='wifi_degraded')
+    parser.add_argument('--against', metavar='REV', help='also measure VectorNetworkedCartPole at this git revision')
     args = parser.parse_args()
     n, net = args.envs, args.network
     profile = load_profile(net)
@@ -66,6 +89,10 @@ def main() -> None:
         f'make_vec CartPole-v1 x{n}': lambda: gym.make_vec(calf_core.ENV_ID, n, env='CartPole-v1', network=net),
         f'VectorNetworkedCartPole x{args.many}': lambda: VectorNetworkedCartPole(args.many, profile),
     }
+    if args.against:
+        old = module_at(args.against).VectorNetworkedCartPole
+        rows.update({f'VectorNetworkedCartPole x{k} @{args.against}': (lambda k=k: old(k, profile))
+                     for k in (n, args.many)})
     if importlib.util.find_spec('mujoco') is not None:
         rows.update({
             f'HalfCheetah bare async x{n}': lambda: gym.make_vec('HalfCheetah-v5', n, vectorization_mode='async'),
@@ -92,6 +119,10 @@ def main() -> None:
           f'make_vec {median[f"make_vec CartPole-v1 x{n}"][0] / bare_cp:.2f}x the bare vector env (goal >= 0.9x)')
     many = median[f'VectorNetworkedCartPole x{args.many}'][1]
     print(f'CartPole x{args.many}: {many:,.0f} agent steps/s (goal >= 1,000,000)')
+    if args.against:
+        for k in (n, args.many):
+            ratio = median[f'VectorNetworkedCartPole x{k}'][1] / median[f'VectorNetworkedCartPole x{k} @{args.against}'][1]
+            print(f'VectorNetworkedCartPole x{k}: {ratio:.2f}x the agent steps/s of {args.against}')
     if f'make_vec HalfCheetah-v5 x{n}' in median:
         bare_async, bare_sync = median[f'HalfCheetah bare async x{n}'][0], median[f'HalfCheetah bare sync x{n}'][0]
         for name in (f'make_vec HalfCheetah-v5 x{n}', f'make_vec HalfCheetah-v5 x{n} workers=2'):
