@@ -103,7 +103,37 @@ def test_a_killed_worker_does_not_stop_the_learner(tmp_path):
         assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
     after = _updates(out)[killed_at:]  # w1's batches already received may still be trained on, then only w0's
     assert len(after) > 3 and {row['worker'] for row in after[-3:]} == {'w0'}
-    assert json.loads((out / 'distributed.json').read_text())['env_steps'] >= 12_288
+    assert sum(row['worker'] == 'w1' for row in after) <= 2  # at most the batches of it waiting at the kill
+    summary = json.loads((out / 'distributed.json').read_text())
+    assert summary['env_steps'] >= 12_288 and not summary['refused'].keys() - {'incomplete'}  # its batch in flight
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # two learners, one after the other, on a loaded machine
+def test_a_learner_killed_mid_run_resumes_from_its_last_update(tmp_path):
+    """SIGKILL, no evaluation yet: --resume continues from the last update, not from scratch or the last
+    evaluation; the batches in flight are all the kill costs."""
+    out = tmp_path / 'run'
+    first, worker = _graph(out, 10**6, workers=1)
+    first = first._replace(parameters={**first.parameters, 'eval_every': 10**6})
+    with Graph([worker], output=None) as workers:
+        with Graph([first], output=None) as graph:
+            assert _wait(lambda: len(_updates(out)) >= 4), graph.tail('learner')
+            os.killpg(graph._child('learner').process.pid, signal.SIGKILL)
+            assert graph.wait_for_exit('learner', 10) == -signal.SIGKILL
+        before = _updates(out)
+        last = before[-1]
+        resumed = first._replace(parameters={**first.parameters, 'steps': int(last['env_steps']) + 1024,
+                                             'resume': True})
+        with Graph([resumed], output=None) as graph:  # the worker keeps running: no manual step
+            assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
+        assert workers.returncode('worker_w0') is None
+    first_new = _updates(out)[len(before)]
+    resumed_at = int(first_new['version']) - 1  # the version the resumed learner started from
+    assert int(last['version']) <= resumed_at <= int(last['version']) + 1  # no update lost (one more if the
+    assert int(first_new['env_steps']) > int(last['env_steps'])  # kill came between the state and its row)
+    summary = json.loads((out / 'distributed.json').read_text())
+    assert summary['env_steps'] >= int(last['env_steps']) + 1024 and not summary['refused'].keys() - {'unknown_worker'}
 
 
 @pytest.mark.slow
