@@ -256,8 +256,8 @@ held for one tick: a longer hold correlates the latencies, and the KS test below
 
 
 @pytest.mark.parametrize('profile', [load_profile('full_net_aware'), load_profile('wifi_normal'),
-                                     load_profile('wifi_degraded'), DUPLICATING],
-                         ids=['full_net_aware', 'wifi_normal', 'wifi_degraded', 'duplicating'])
+                                     load_profile('wifi_degraded'), load_profile('shared_outage'), DUPLICATING],
+                         ids=['full_net_aware', 'wifi_normal', 'wifi_degraded', 'shared_outage', 'duplicating'])
 def test_random_profiles_give_the_same_distributions(profile: Profile) -> None:
     ticks_s, e2e_s, lost_s = run_scalar(profile, 64, 100)
     ticks_v, e2e_v, lost_v = run_vector(profile, 64, 100)
