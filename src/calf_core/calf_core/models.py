@@ -451,19 +451,25 @@ class DriftingDelay(SingleCopyStage):
     MODEL = "drifting_delay"
 
     def __init__(self, level_ms: float | dict[str, Any], hold_ms: float | dict[str, Any]) -> None:
-        self.level = Distribution(_as_dist(level_ms))
+        self.levels = Distribution(_as_dist(level_ms))
         self.hold = Distribution(_as_dist(hold_ms))
         self.reset()
 
     def reset(self) -> None:
         self._level_s, self._until_s, self._started = 0.0, -math.inf, False
 
+    @property
+    def level(self) -> tuple[float, float]:
+        """The level (seconds) held now, and the time until which it holds (-inf before the first message): a
+        message sent before then adds this level. The vector env caches it and asks again only past that time."""
+        return self._level_s, self._until_s
+
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
         if not self._started or send_s - self._until_s > MAX_RENEWALS * self.hold.mean:  # see MAX_RENEWALS
             self._started = True
-            self._level_s, self._until_s = self.level.sample(rng), send_s + self.hold.residual(rng)
+            self._level_s, self._until_s = self.levels.sample(rng), send_s + self.hold.residual(rng)
         while send_s >= self._until_s:
-            self._level_s = self.level.sample(rng)
+            self._level_s = self.levels.sample(rng)
             self._until_s += self.hold.sample(rng)
         return arrive_s + self._level_s
 

@@ -22,10 +22,12 @@ The links draw their random numbers in blocks from one generator per direction: 
 deterministic run, but not NetworkedEnv's sequence, so the two agree exactly under fixed delays
 and trace replay and in distribution otherwise. As in NetworkedEnv each env's links are one
 continuous process across its episodes (Gilbert-Elliott state, trace position, FIFO order), on a
-link clock that advances by each episode's length plus one tick. Every link model runs: independent
-delays and losses, Gilbert-Elliott loss and trace replay are batched over the envs in numpy; stall,
-drifting delay, bandwidth and duplicate stages, and a profile's shared process (one per env, met by both
-of its directions), fall back to one scalar stage per env inside the vector env (:class:`BatchLink`).
+link clock that advances by each episode's length plus one tick. Every link model runs, batched over the
+envs in numpy: independent delays and losses, Gilbert-Elliott loss and trace replay with per-env state in
+arrays; stalls, Gilbert-Elliott in time, drifting delay and a profile's shared process (one per env, met by
+both of its directions) as one scalar process per env whose windows or level are cached in arrays, asked
+again about once per cycle. Bandwidth and duplicate stages fall back to one scalar stage per env, applied
+message by message (:class:`BatchLink`).
 """
 from __future__ import annotations
 
@@ -40,7 +42,15 @@ from gymnasium.vector.utils import batch_space
 
 from calf_core.errors import ConfigError
 from calf_core.link import IndependentStage, Packet, SharedProcess, SingleCopyStage
-from calf_core.models import GilbertElliottInTime, GilbertElliottLoss, Stall, TraceMode, TraceReplay, build_stage
+from calf_core.models import (
+    DriftingDelay,
+    GilbertElliottInTime,
+    GilbertElliottLoss,
+    Stall,
+    TraceMode,
+    TraceReplay,
+    build_stage,
+)
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES, float32_space, plan_space
 from calf_core.profiles import Profile
 from calf_core.task_spec import SuccessRule, TaskSpec
@@ -174,9 +184,10 @@ class TimedBatch:
         starts, ends = self._starts[envs], self._ends[envs]
         return np.max(np.where((starts <= col) & (col < ends), ends, col), axis=1)
 
-    def meet(self, envs: np.ndarray, t: np.ndarray, floor_s: np.ndarray,
+    def meet(self, envs: np.ndarray, floor_s: np.ndarray, t: np.ndarray,
              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """The stage's ``at`` for messages of distinct ``envs``: their new times, and which it loses."""
+        """The stage's ``at`` for messages of distinct ``envs`` met at ``t`` (no later one before ``floor_s``, their
+        send times on a link): their new times, and which it loses."""
         released = self.release(envs, t, floor_s, rng)
         if not self.loses:
             return released, np.zeros(len(t), bool)
@@ -192,6 +203,26 @@ class TimedBatch:
         self._starts[env], self._ends[env] = np.inf, np.inf
         self._starts[env, :k], self._ends[env, :k] = starts, ends
         self._known[env] = known
+
+
+class DriftBatch:
+    """A drifting delay for many envs, one scalar ``DriftingDelay`` per env: each env's level and the time it holds
+    until are cached in arrays, so a message adds its env's level in numpy, and only an env whose message is sent
+    past that time asks its stage for the next level (about once per hold)."""
+
+    def __init__(self, stages: Sequence[DriftingDelay]) -> None:
+        self.stages = list(stages)
+        self._level = np.zeros(len(stages))
+        self._until = np.full(len(stages), -np.inf)
+
+    def meet(self, envs: np.ndarray, send_s: np.ndarray, arrive: np.ndarray,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Messages of distinct ``envs`` sent at ``send_s``: their times after the stage, and none lost."""
+        for j in np.flatnonzero(send_s >= self._until[envs]).tolist():  # a new level (or the first)
+            env, stage = int(envs[j]), self.stages[int(envs[j])]
+            stage.arrival(float(send_s[j]), 0.0, 0, rng)
+            self._level[env], self._until[env] = stage.level
+        return arrive + self._level[envs], np.zeros(len(envs), bool)
 
 
 class SharedBatch:
@@ -212,7 +243,7 @@ class SharedBatch:
         t, lost = t.copy(), np.zeros(len(t), bool)
         for stage in self._stages:
             going = np.flatnonzero(~lost)  # a lost message meets no later stage
-            t[going], lost[going] = stage.meet(envs[going], t[going], floor_s[going], rng)
+            t[going], lost[going] = stage.meet(envs[going], floor_s[going], t[going], rng)
         return t, lost
 
 
@@ -221,9 +252,9 @@ class BatchLink:
 
     Stages that can be batched are applied to all messages at once, in numpy: independent delays and
     losses (one draw per message), Gilbert-Elliott loss and trace replay (per-env state in arrays), stalls and
-    Gilbert-Elliott in time (``TimedBatch``) and the shared process (``SharedBatch``). Drifting delay, bandwidth and
-    duplicate stages, and a stateful stage behind a duplicate (which may see two copies of one env's message),
-    fall back to one instance per env, applied message by message as a scalar ``Link`` applies it: the same
+    Gilbert-Elliott in time (``TimedBatch``), drifting delay (``DriftBatch``) and the shared process
+    (``SharedBatch``). Bandwidth and duplicate stages, and a stateful stage behind a duplicate (which may see two
+    copies of one env's message), fall back to one instance per env, applied message by message as a scalar ``Link`` applies it: the same
     model, its state per env, in a Python loop over the messages that reach it.
     """
 
@@ -238,8 +269,12 @@ class BatchLink:
                 self._stages.append(stage)
             else:
                 each = [stage, *(build_stage(spec) for _ in range(num_envs - 1))]
-                timed = isinstance(stage, (Stall, GilbertElliottInTime)) and not copies
-                self._stages.append(TimedBatch(each) if timed else each)
+                if copies:  # an env may have two copies here: one message at a time
+                    self._stages.append(each)
+                elif isinstance(stage, (Stall, GilbertElliottInTime)):
+                    self._stages.append(TimedBatch(each))
+                else:
+                    self._stages.append(DriftBatch(each) if isinstance(stage, DriftingDelay) else each)
             copies = copies or not isinstance(stage, SingleCopyStage)
         self.shared = shared
         self.copies = copies
@@ -266,8 +301,8 @@ class BatchLink:
             if isinstance(stage, list):
                 pos, sent, arrive = _each(stage, idx[pos], pos, sent, arrive, size_bytes, self._rng)
                 continue
-            if isinstance(stage, TimedBatch):
-                arrive, lost = stage.meet(idx[pos], arrive, sent, self._rng)
+            if isinstance(stage, (TimedBatch, DriftBatch)):
+                arrive, lost = stage.meet(idx[pos], sent, arrive, self._rng)
             else:
                 lost = self._apply(stage, state, idx[pos], arrive)
             if lost.any():

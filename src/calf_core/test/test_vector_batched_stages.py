@@ -1,5 +1,5 @@
-"""The vector env's batched stages in time (stall, Gilbert-Elliott in time, the shared process) follow the scalar
-stages in distribution, over many envs, and call their scalar process only about once per cycle."""
+"""The vector env's batched stages in time (stall, Gilbert-Elliott in time, drifting delay, the shared process) follow
+the scalar stages in distribution, over many envs, and call their scalar process only about once per cycle."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 
 from calf_core.link import SharedProcess
-from calf_core.models import OnOff, build_stage
-from calf_core.vector_networked import SharedBatch, TimedBatch
+from calf_core.models import DriftingDelay, OnOff, build_stage
+from calf_core.vector_networked import DriftBatch, SharedBatch, TimedBatch
 
 ENVS, TICKS, DT_S = 300, 600, 0.02
 STALLS = [
@@ -42,7 +42,7 @@ def batch_run(spec: dict, send: np.ndarray, at: np.ndarray) -> tuple[np.ndarray,
     batch = TimedBatch([build_stage(spec) for _ in range(ENVS)])
     rng, envs, out = np.random.default_rng(2), np.arange(ENVS), np.full(send.shape, np.nan)
     for k in range(TICKS):
-        t, lost = batch.meet(envs, at[:, k], send[:, k], rng)
+        t, lost = batch.meet(envs, send[:, k], at[:, k], rng)
         out[:, k] = np.where(lost, np.nan, t)
     return out, batch
 
@@ -120,3 +120,24 @@ def test_a_message_a_stall_releases_is_not_in_a_stall() -> None:
     assert len(starts) > 20 and (starts[1:] > ends[:-1]).all()
     inside = [bool(((starts <= r) & (r < ends)).any()) for r in released]
     assert not any(inside)
+
+
+DRIFT = {'model': 'drifting_delay', 'level_ms': {'dist': 'uniform', 'low': 0.0, 'high': 80.0},
+         'hold_ms': {'dist': 'exponential', 'mean': 300.0}}
+
+
+def test_the_batched_drifting_delay_drifts_as_the_scalar_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same levels (uniform 0-80 ms) held as long (runs of one level), asked of the scalar stage once a hold."""
+    send, at = times(6)
+    scalar = scalar_run(DRIFT, send, at) - at
+    calls = []
+    arrival = DriftingDelay.arrival
+    monkeypatch.setattr(DriftingDelay, 'arrival', lambda self, *a: calls.append(1) or arrival(self, *a))
+    batch, rng = DriftBatch([build_stage(DRIFT) for _ in range(ENVS)]), np.random.default_rng(7)
+    batched = np.stack([batch.meet(np.arange(ENVS), send[:, k], at[:, k], rng)[0] for k in range(TICKS)], axis=1) - at
+    # messages a second apart (a level holds 300 ms on average) are close to independent, as the test assumes
+    assert stats.ks_2samp(scalar[:, ::50].ravel(), batched[:, ::50].ravel()).pvalue > 1e-3
+    assert batched.mean() == pytest.approx(0.04, rel=0.05)
+    hold_s, hold_b = runs(np.diff(scalar, axis=1) == 0), runs(np.diff(batched, axis=1) == 0)
+    assert hold_b.mean() == pytest.approx(hold_s.mean(), rel=0.1)
+    assert len(calls) < ENVS * (1 + TICKS * DT_S / 0.3 * 1.2)  # one call a hold (300 ms), not one a message
