@@ -5,8 +5,11 @@ decisions without ROS. Live: ``calf eval --backend ros`` at time scale 1, with a
 on the env's observations (each carries the obs_seq and element of the action applied at its tick), the
 observations reaching the policy, and the actions it sends. Printed per world: returns, the share of
 ticks held and the runs they come in (a stall's footprint: 100 ms held 5 ticks of 20 ms, or 4), the age of the
-applied action (tick - the obs_seq it answered), decisions per tick; live, the env's start-to-start tick period
-and the observations that reached the policy less than ``--burst-ms`` apart (a burst) with those it answered.
+applied action (tick - the obs_seq it answered), decisions per tick; live, the env's start-to-start tick period,
+the observations that reached the policy less than ``--burst-ms`` apart (a burst) with those it answered, and
+where a round trip's time goes: from each observation's stamp (its tick) to DDS's receipt of it beyond the shim
+(the policy's input), to the policy's answer (its Action's stamp) and to DDS's receipt of that answer beyond the
+shim (the env's input), all on this machine's steady clock; virtual time spends uplink + compute_ms + downlink.
 
     python bench/diagnose_parity.py --policy DIR --network wifi_normal [--episodes 20] [--seed 0]
 """
@@ -30,6 +33,7 @@ from calf_agent.policy_runner import PolicyRunner
 from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
 from calf_core.timing import ReceivedObservation, applied_facts
+from calf_ros.arrival import age_s
 
 
 def sim_log(policy: Path, network: str, episodes: int, seed: int) -> dict:
@@ -70,15 +74,30 @@ def live_log(policy: Path, network: str, episodes: int, seed: int, domain: int) 
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node('diagnose_parity', context=context)
     qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT)
-    log: dict = {'ticks': [], 'decisions': [], 'arrivals': []}
-    log['stamps'] = []
-    node.create_subscription(Observation, '/calf/edge/observation', lambda m: (log['ticks'].append(
-        (m.episode, m.seq, m.applied_obs_seq, m.applied_index)), log['stamps'].append(
-        m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)), qos)
-    node.create_subscription(Observation, '/calf/desktop/observation', lambda m: log['arrivals'].append(
-        (m.episode, m.seq, time.monotonic_ns())), qos)
-    node.create_subscription(Action, '/calf/desktop/action', lambda m: log['decisions'].append(
-        (m.episode, m.obs_seq)), qos)
+    log: dict = {'ticks': [], 'decisions': [], 'arrivals': [], 'stamps': [], 'sent': {}, 'answered': {},
+                 'applied': {}}
+
+    def stamp_ns(m: Observation | Action) -> int:
+        return m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
+
+    def received_ns(info: dict) -> int:  # when DDS received it, on the steady clock (the stamps' clock)
+        return time.monotonic_ns() - int(age_s(info) * 1e9)
+
+    def on_tick(m: Observation) -> None:
+        log['ticks'].append((m.episode, m.seq, m.applied_obs_seq, m.applied_index))
+        log['stamps'].append(stamp_ns(m))
+        log['sent'][m.episode, m.seq] = stamp_ns(m)
+
+    def on_decision(m: Action) -> None:
+        log['decisions'].append((m.episode, m.obs_seq))
+        log['answered'][m.episode, m.obs_seq] = stamp_ns(m)
+
+    node.create_subscription(Observation, '/calf/edge/observation', on_tick, qos)
+    node.create_subscription(Observation, '/calf/desktop/observation', lambda m, info: log['arrivals'].append(
+        (m.episode, m.seq, received_ns(info))), qos)
+    node.create_subscription(Action, '/calf/desktop/action', on_decision, qos)
+    node.create_subscription(Action, '/calf/edge/action', lambda m, info: log['applied'].setdefault(
+        (m.episode, m.obs_seq), received_ns(info)), qos)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)
@@ -97,6 +116,20 @@ def live_log(policy: Path, network: str, episodes: int, seed: int, domain: int) 
     log['returns'] = json.loads(done.stdout)['returns']
     log['stderr'] = done.stderr
     return log
+
+
+def hops(log: dict, counted: set[int]) -> None:
+    """p50 / p95 of each leg of the live round trip (ms), over the observations answered and applied."""
+    reached = {(episode, seq): ns for episode, seq, ns in log['arrivals']}
+    keys = [k for k in log['applied'] if k[0] in counted and k in log['sent'] and k in reached and k in log['answered']]
+    if not keys:
+        return
+    legs = {'tick -> policy input (uplink)': [reached[k] - log['sent'][k] for k in keys],
+            'policy input -> its answer (compute)': [log['answered'][k] - reached[k] for k in keys],
+            'answer -> env input (downlink)': [log['applied'][k] - log['answered'][k] for k in keys],
+            'tick -> env input (E2E)': [log['applied'][k] - log['sent'][k] for k in keys]}
+    print(f'  where the round trip goes ({len(keys)} answers), ms p50 / p95: ' + '; '.join(
+        f'{leg} {np.median(v) / 1e6:.2f} / {np.percentile(v, 95) / 1e6:.2f}' for leg, v in legs.items()))
 
 
 def summary(name: str, log: dict, burst_ms: float) -> None:
@@ -133,6 +166,8 @@ def summary(name: str, log: dict, burst_ms: float) -> None:
         print(f'  tick start-to-start (ms): p50 {np.median(periods):.2f}, p99 {np.percentile(periods, 99):.2f}, '
               f'max {periods.max():.2f}; env node: {missed[-1][0] if missed else "?"} of '
               f'{missed[-1][1] if missed else "?"} deadlines missed')
+    if log.get('applied'):
+        hops(log, counted)
     if log['arrivals']:
         answered = defaultdict(set)
         for episode, seq in log['decisions']:

@@ -8,16 +8,20 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from calf_bringup.graph import NodeSpec
 from calf_bringup.runner import Graph
 
 SCHEDULING = 'import os\nprint((os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)), flush=True)'
 
 
-def test_calf_run_starts_its_nodes_without_importing_torch() -> None:
-    """torch's import was most of calf run's start-up at load 4 (the check of the policy now runs after the
-    nodes started)."""
-    code = 'import sys\nfrom calf_bringup.cli import build_parser\nbuild_parser(["run"])\nprint("torch" in sys.modules)'
+@pytest.mark.parametrize('command, modules', [('run', ''), ('eval', 'import calf_bringup.ros_eval')])
+def test_calf_run_and_eval_over_ros_start_their_nodes_without_importing_torch(command: str, modules: str) -> None:
+    """torch's import was most of the start-up at load 4 (calf run checks the policy once the nodes started;
+    calf eval --backend ros imports torch for its report then)."""
+    code = (f'import sys\nfrom calf_bringup.cli import build_parser\nbuild_parser([{command!r}])\n{modules}\n'
+            f'print("torch" in sys.modules)')
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == 'False'
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from calf_agent.hierarchy import EDGE_NETWORK, PLACEMENTS
-from calf_agent.placement_sim import evaluate_placement_sim
 from calf_bringup.cli_args import MAX_EPISODES, count, number
 from calf_bringup.cmd_profile import E2E_DEFINITIONS, e2e_report
 from calf_core.errors import ConfigError
@@ -96,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         report = evaluate_ros(args.policy, args.network, args.episodes, args.seed, args.time_scale, sys.stderr,
                               placement=placement, domain_id=domain, progress=True)
     else:
+        from calf_agent.placement_sim import evaluate_placement_sim  # torch: not on the ros backend's way
+
         report = {**evaluate_placement_sim(placement, args.policy, resolve_network(args.network), args.episodes,
                                            args.seed, progress=True),
                   'time_scale': None}  # virtual time: no wall clock to scale

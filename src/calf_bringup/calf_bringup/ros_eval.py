@@ -22,6 +22,9 @@ that episode; the report adds the share of the env's actions that came from each
 
 Latencies are measured in real time and multiplied by ``time_scale``, so the report is in the
 profile's units whatever the speed-up.
+
+Nothing torch is imported before the nodes start (the env comes from the checkpoint's meta.json): on a busy
+host that import, at this process's normal priority, was most of the time to the first counted episode.
 """
 from __future__ import annotations
 
@@ -39,8 +42,6 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from calf_agent.checkpoint import load_checkpoint
-from calf_agent.evaluate import EpisodeLog
 from calf_agent.hierarchy import load_hierarchy
 from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
 from calf_bringup.run_options import RunOptions
@@ -49,6 +50,7 @@ from calf_core import progress as progress_bars
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import CalfError, ConfigError
 from calf_core.network import resolve_network
+from calf_core.yaml_files import read_json
 from calf_msgs.msg import Action, LinkStats
 from calf_ros.qos import RESULTS, STREAM
 
@@ -178,7 +180,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
     profile = resolve_network(network)
     hierarchy = load_hierarchy(policy_dir) if placement == 'hierarchical' else None
     sources = hierarchy.sources if hierarchy else ()
-    env = hierarchy.env if hierarchy else load_checkpoint(policy_dir)[1]['env']
+    env = hierarchy.env if hierarchy else checkpoint_env(policy_dir)
     options = RunOptions.of('sim_net', network=network, policy=Path(policy_dir).resolve(), env=env, seed=seed,
                             time_scale=time_scale, placement=placement)
     workdir = tempfile.TemporaryDirectory(prefix='calf_eval_')
@@ -208,6 +210,8 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
                     return done
                 spin(all_counted, evaluation_timeout_s(env, episodes, time_scale), f'{episodes} episodes')
             after = _fresh_counters(spin, listener) if with_shim else before
+        from calf_agent.evaluate import EpisodeLog  # torch: not before the nodes start
+
         log = EpisodeLog()
         for seq in counted:
             result = listener.results[seq]
@@ -223,6 +227,20 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         node.destroy_node()
         rclpy.try_shutdown(context=context)
         workdir.cleanup()
+
+
+def checkpoint_env(policy_dir: Path | str) -> str:
+    """The env a checkpoint was trained on, from its meta.json; a checkpoint without a readable one is loaded,
+    so that its one-line error says what is wrong."""
+    try:
+        meta = read_json(Path(policy_dir) / 'meta.json', 'checkpoint meta')
+    except ConfigError:
+        meta = None
+    if isinstance(meta, dict) and isinstance(meta.get('env'), str):
+        return meta['env']
+    from calf_agent.checkpoint import load_checkpoint
+
+    return load_checkpoint(policy_dir)[1]['env']
 
 
 def _fresh_counters(spin: Callable[..., None], listener: _Listener) -> dict[int, int]:
