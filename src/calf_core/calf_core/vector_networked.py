@@ -254,8 +254,8 @@ class BatchLink:
     losses (one draw per message), Gilbert-Elliott loss and trace replay (per-env state in arrays), stalls and
     Gilbert-Elliott in time (``TimedBatch``), drifting delay (``DriftBatch``) and the shared process
     (``SharedBatch``). Bandwidth and duplicate stages, and a stateful stage behind a duplicate (which may see two
-    copies of one env's message), fall back to one instance per env, applied message by message as a scalar ``Link`` applies it: the same
-    model, its state per env, in a Python loop over the messages that reach it.
+    copies of one env's message), fall back to one instance per env, applied message by message as a scalar
+    ``Link`` applies it: the same model, its state per env, in a Python loop over the messages that reach it.
     """
 
     def __init__(self, specs: Sequence[dict], reorder: bool, num_envs: int,
