@@ -33,6 +33,8 @@ IDLE_S = 0.05
 """How long an actor that may not collect (paused, or no weights yet) waits before its call returns."""
 RESTARTS = 3
 """Times Ray restarts a worker actor that died."""
+UNAVAILABLE_S = 1.0
+"""How long the learner waits before calling again an actor Ray reported unavailable (restarting)."""
 
 Wire = tuple[int, str, int, int, int, int, bytes]
 """A ``Chunk`` as it crosses the object store."""
@@ -67,15 +69,10 @@ def train_on_ray(cfg: LearnerConfig, address: str, workers: int, envs: int, seed
     ``local`` or ``HOST:PORT``) until the learner is done (or every actor died for good); the closed learner."""
     ray = connect(address)
     try:
-        cpus = ray.cluster_resources().get('CPU', 1.0)
-        actor = ray.remote(num_cpus=round(min(1.0, cpus / (workers + 1)), 2), max_restarts=RESTARTS,
-                           max_task_retries=0, runtime_env={'env_vars': {KEY_ENV: cfg.key.hex()}})(WorkerActor)
-        ids = worker_ids(workers)
-        actors = {wid: actor.remote(wid, str(cfg.env_config['env']), envs, seed * 100 + i + 1, network)
-                  for i, wid in enumerate(ids)}
+        actors = start_workers(ray, cfg, workers, envs, seed, network)
         learner = Learner(replace(cfg, chunk_bytes=RAY_CHUNK_BYTES), log=log)
         try:
-            _drive(ray, learner, actors, log)
+            drive(ray, learner, actors, log)
         finally:
             learner.close()
             for handle in actors.values():
@@ -85,20 +82,36 @@ def train_on_ray(cfg: LearnerConfig, address: str, workers: int, envs: int, seed
         ray.shutdown()
 
 
-def _drive(ray: Any, learner: Learner, actors: dict[str, Any], log: Callable[[str], None]) -> None:
+def start_workers(ray: Any, cfg: LearnerConfig, workers: int, envs: int, seed: int, network: str) -> dict[str, Any]:
+    """``workers`` actors (ids w0, w1, ...; ``envs`` envs each), restarted by Ray when they die; their handles."""
+    cpus = ray.cluster_resources().get('CPU', 1.0)
+    actor = ray.remote(num_cpus=round(min(1.0, cpus / (workers + 1)), 2), max_restarts=RESTARTS,
+                       max_task_retries=0, runtime_env={'env_vars': {KEY_ENV: cfg.key.hex()}})(WorkerActor)
+    return {wid: actor.remote(wid, str(cfg.env_config['env']), envs, seed * 100 + i + 1, network)
+            for i, wid in enumerate(worker_ids(workers))}
+
+
+def drive(ray: Any, learner: Learner, actors: dict[str, Any], log: Callable[[str], None]) -> None:
     """Each worker's call returns, its chunks go to the learner, one update runs, and the worker is called
     again with what the learner sent it; the other workers collect meanwhile."""
     inbox: dict[str, list[Wire]] = {wid: [] for wid in actors}
     failures = dict.fromkeys(actors, 0)  # calls in a row that found the actor dead
+    retry_at = dict.fromkeys(actors, 0.0)  # an actor Ray is restarting is called again from then on
     pending = {actors[wid].run.remote([]): wid for wid in actors}
-    while not learner.done and pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.0 if learner.queue else 1.0)
+    while not learner.done and (pending or actors):
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.0 if learner.queue else UNAVAILABLE_S) \
+            if pending else ([], [])
         now = time.monotonic()
         for ref in ready:
             wid = pending.pop(ref)
             try:
                 chunks = ray.get(ref)
                 failures[wid] = 0
+            except ray.exceptions.ActorUnavailableError:  # Ray is restarting it: not a death, call again soon
+                if not retry_at[wid]:
+                    log(f'worker {wid}: its actor is unavailable (restarting); calling it again every {UNAVAILABLE_S} s')
+                retry_at[wid] = now + UNAVAILABLE_S
+                continue
             except ray.exceptions.RayActorError as err:  # restarted by Ray, or gone for good
                 failures[wid] += 1
                 gone = failures[wid] > RESTARTS
@@ -107,11 +120,15 @@ def _drive(ray: Any, learner: Learner, actors: dict[str, Any], log: Callable[[st
                 if gone:
                     del actors[wid]
                 continue
+            retry_at[wid] = 0.0
             for chunk in chunks:
                 learner.receive(Chunk(*chunk), now)
         for out in learner.step():
             if out.target in inbox:
                 inbox[out.target].append(tuple(out.chunk))
         for wid in set(actors) - set(pending.values()):
-            pending[actors[wid].run.remote(inbox[wid])] = wid
-            inbox[wid] = []
+            if now >= retry_at[wid]:
+                pending[actors[wid].run.remote(inbox[wid])] = wid
+                inbox[wid] = []
+        if not pending and actors and not learner.queue:
+            time.sleep(UNAVAILABLE_S / 10)  # every actor is restarting: nothing to wait on

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import csv
 import json
+import secrets
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import replace
 from importlib.util import find_spec
 
 import pytest
+
+from calf_agent.dist.key import KEY_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),  # Ray starts in tens of seconds on a loaded machine
               pytest.mark.skipif(find_spec('ray') is None,
@@ -34,3 +40,52 @@ def test_workers_as_ray_actors_train_with_deltas_and_vtrace(tmp_path):
         rows = list(csv.DictReader(file))
     assert len(rows) == summary['updates'] and all(0 < float(r['rho_mean']) <= 1 for r in rows)
     assert (out / 'policy.safetensors').is_file() and (out / 'eval.csv').is_file()
+
+
+def test_a_killed_worker_actor_is_restarted_and_costs_only_its_batch(tmp_path, monkeypatch):
+    """One of two actors is killed mid-run (its process ended, as a lost node would): Ray restarts it, it says
+    hello, gets a snapshot and trains on; the learner never stops and refuses nothing."""
+    from calf_agent.dist.learner import Learner
+    from calf_agent.dist.learner_node import PARAMETERS, learner_config
+    from calf_bringup.distributed_ray import RAY_CHUNK_BYTES, drive, start_workers
+    from calf_bringup.experiment_ray import connect
+
+    params = {**{name: default for name, (default, _) in PARAMETERS.items()}, 'out': str(tmp_path / 'run'),
+              'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline', 'steps': 10**6, 'eval_every': 10**6,
+              'key_file': ''}
+    monkeypatch.setenv(KEY_ENV, secrets.token_hex(32))
+    cfg = learner_config(params)
+    lines: list[str] = []
+    ray = connect('local')
+    try:
+        actors = start_workers(ray, cfg, 2, 4, 0, 'sim_clean')
+        learner = Learner(replace(cfg, chunk_bytes=RAY_CHUNK_BYTES), log=lines.append)
+        driving = threading.Thread(target=drive, args=(ray, learner, actors, lines.append), daemon=True)
+        driving.start()
+        deadline = time.monotonic() + 700
+        assert _wait_for(lambda: {'w0', 'w1'} <= set(_workers(tmp_path)), deadline), lines[-5:]
+        killed_at = learner.updates
+        ray.kill(actors['w1'], no_restart=False)  # ends its process; Ray restarts it (max_restarts)
+        # more batches of w1 than could have waited at the kill: the restarted actor trains on
+        assert _wait_for(lambda: _workers(tmp_path)[killed_at:].count('w1') > 2, deadline), lines[-5:]
+        learner.solved = True  # stop here, as an evaluation reaching --stop-return does
+        driving.join(timeout=60)
+        assert not driving.is_alive(), f'the learner did not stop: {lines[-5:]}'
+        learner.close()
+    finally:
+        ray.shutdown()
+    assert not any('giving it up' in line for line in lines)
+    assert learner.snapshots >= 3 and not learner.reassembler.refused  # a snapshot for the restarted actor
+
+
+def _wait_for(condition, deadline: float) -> bool:
+    """Poll ``condition`` (on a file the learner writes) every 0.2 s until it holds or ``deadline`` passes."""
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.2)
+    return condition()
+
+
+def _workers(tmp_path) -> list[str]:
+    """The worker of each update so far, in order (the learner's progress.csv)."""
+    path = tmp_path / 'run' / 'progress.csv'
+    return [row['worker'] for row in csv.DictReader(path.open())] if path.is_file() else []
