@@ -34,6 +34,7 @@ from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
 from calf_core.timing import ReceivedObservation, applied_facts
 from calf_ros.arrival import age_s
+from calf_ros.scheduling import raise_priority
 
 
 def sim_log(policy: Path, network: str, episodes: int, seed: int) -> dict:
@@ -70,6 +71,7 @@ def live_log(policy: Path, network: str, episodes: int, seed: int, domain: int) 
 
     from calf_msgs.msg import Action, Observation
 
+    raise_priority()  # as the nodes do: at normal priority a busy host bunches this listener's receive times
     context = Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node('diagnose_parity', context=context)
