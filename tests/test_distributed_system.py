@@ -92,6 +92,7 @@ def test_a_box_env_trains_with_two_workers_on_weight_deltas(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 12,288 env steps on a loaded machine
 def test_a_killed_worker_does_not_stop_the_learner(tmp_path):
     out = tmp_path / 'run'
     specs = _graph(out, 12_288, workers=2)
