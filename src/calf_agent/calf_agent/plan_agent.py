@@ -10,7 +10,7 @@ arrives early therefore changes nothing, and one that arrives up to ``lead`` tic
 states it predicted.
 
 Discrete and continuous (Box) actions plan alike: the base is an ``MlpAgent`` (plans ``[B, H]`` of
-indices) or a ``GaussianAgent`` (plans ``[B, H, A]``, clipped to the bounds). The model needs a fully
+indices) or a ``GaussianAgent`` or ``SacActor`` (plans ``[B, H, A]``, clipped to the bounds). The model needs a fully
 observed state, so the base acts on one plain observation.
 
 It learns or uses only what a deployment has: the base policy and the dynamics model learn from
@@ -31,14 +31,19 @@ from torch import Tensor, nn
 from calf_agent.dynamics import disagreement, make_dynamics
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import MlpAgent, as_batch
+from calf_agent.sac import SacActor
 
 PlanState = tuple[Tensor]
 """``(memory,)``, memory ``[1, B, 2 + H * A]``: a flag that a plan was sent, its obs seq, the plan
 (A = 1 for discrete actions). All zeros (a fresh episode) means no plan was sent yet."""
 
-BaseAgent = MlpAgent | GaussianAgent
+BaseAgent = MlpAgent | GaussianAgent | SacActor
 Action = int | list[float]
 """One action as a planner spec stores it: an index, or a Box action's values."""
+
+
+PLANNER_BASES = (MlpAgent, GaussianAgent, SacActor)
+"""The policies a model planner can plan with: single actions on the plain observation."""
 
 
 class PlanningAgent(nn.Module):
@@ -59,9 +64,10 @@ class PlanningAgent(nn.Module):
                  disagreement_cut: float | None = None, lengths: list[int] | None = None) -> None:
         super().__init__()
         self.base = base
-        if not isinstance(self.base, (MlpAgent, GaussianAgent)) or self.base.plan_horizon != 1:
-            raise ValueError('the base policy of a model planner must be an MLP or Gaussian agent with single actions')
-        self.continuous = isinstance(self.base, GaussianAgent)
+        if not isinstance(self.base, PLANNER_BASES) or self.base.plan_horizon != 1:
+            raise ValueError('the base policy of a model planner must be an MLP, Gaussian or SAC agent with single '
+                             'actions')
+        self.continuous = not isinstance(self.base, MlpAgent)
         self.action_dim = self.base.action_dim if self.continuous else 0
         self.n_actions = 0 if self.continuous else self.base.n_actions
         self.model = make_dynamics(model)

@@ -19,8 +19,7 @@ from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.dynamics import EnsembleDynamics, FitConfig, Transitions, fit, open_loop
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import one_torch_thread
-from calf_agent.gaussian import GaussianAgent
-from calf_agent.plan_agent import Action, BaseAgent, PlanningAgent
+from calf_agent.plan_agent import PLANNER_BASES, Action, BaseAgent, PlanningAgent
 from calf_agent.policies import MlpAgent
 from calf_agent.regimes import TAIL_QUANTILE, delay_ticks, first_element, plan_coverage, silence_lengths, tail_horizon
 from calf_core.envs import env_spec, make_env, make_networked_env
@@ -57,7 +56,7 @@ def collect_transitions(env_name: str, policy: BaseAgent, steps: int, seed: int,
     """``steps`` transitions of the bare env under ``policy``, with a random action at rate ``explore``
     (default ``EXPLORE``)."""
     env: gym.Env = make_env(env_name)
-    continuous = isinstance(policy, GaussianAgent)
+    continuous = not isinstance(policy, MlpAgent)
     explore = EXPLORE[continuous] if explore is None else explore
     rng = np.random.default_rng(seed)
     obs_list, actions, next_list, follows = [], [], [], []
@@ -198,7 +197,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     cfg = cfg or PlannerConfig()
     base, base_meta = load_checkpoint(base_dir)
     rep = base_meta.get('representation', {})
-    if not isinstance(base, (MlpAgent, GaussianAgent)) or base.plan_horizon != 1 or rep.get('frames', 1) != 1 \
+    if not isinstance(base, PLANNER_BASES) or base.plan_horizon != 1 or rep.get('frames', 1) != 1 \
             or rep.get('actions', 0) != 0:
         raise CheckpointError(f'{base_dir} cannot be a planner\'s base: it needs an MLP policy with single '
                               'actions on the plain observation (train it with `calf train --regime baseline`)')
@@ -216,7 +215,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     if not 0 <= lead < plan_horizon:
         raise ConfigError(f'the plan lead must be in [0, {plan_horizon}) for plan horizon {plan_horizon}, got {lead}')
     torch.manual_seed(seed)
-    actions = {'action_dim': base.action_dim} if isinstance(base, GaussianAgent) else {'n_actions': base.n_actions}
+    actions = {'action_dim': base.action_dim} if not isinstance(base, MlpAgent) else {'n_actions': base.n_actions}
     model = EnsembleDynamics(base.obs_dim, **actions, hidden=cfg.hidden, members=cfg.members)
     agent = PlanningAgent(base, model.spec(), plan_horizon, lead, start_plan, hold_action)
     agent.model = model

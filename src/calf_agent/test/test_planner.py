@@ -30,6 +30,7 @@ from calf_agent.plan_agent import PlanningAgent
 from calf_agent.planner import PlannerConfig, collect_transitions, env_fallbacks, train_planner
 from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
+from calf_agent.sac import SacActor
 from calf_bringup import cli
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import ConfigError
@@ -193,6 +194,26 @@ def pendulum_planner(pendulum_base: Path) -> Path:
     train_planner(pendulum_base, out, 'full_net_aware', plan_horizon=8, seed=0,
                   cfg=replace(SMALL, cut_quantile=0.99), progress=False)
     return out
+
+
+def test_a_sac_actor_is_a_planners_base(tmp_path: Path) -> None:
+    """A smooth SAC expert plans like a Gaussian one: from element ``lead`` on, its deterministic action on the
+    members' mean state; the planner round-trips through its checkpoint."""
+    torch.manual_seed(0)
+    actor = SacActor(4, 1, [-3.0], [3.0], hidden=(32, 32))
+    base = save_base(actor, 'InvertedPendulum-v5', tmp_path / 'base')
+    train_planner(base, tmp_path / 'planner', 'full_net_aware', plan_horizon=6, seed=0, cfg=TINY, progress=False)
+    agent, meta = load_checkpoint(tmp_path / 'planner')
+    assert isinstance(agent.base, SacActor) and agent.continuous and meta['agent']['base']['kind'] == 'sac'
+    agent.disagreement_cut = None
+    obs = np.array([0.0, 0.05, 0.0, 0.0], dtype=np.float32)
+    plan, _ = agent.act(obs, None, deterministic=True, seq=[0])
+    x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)
+    for j in range(6):
+        if j >= agent.lead:
+            expected = agent.base.act(x.mean(0).detach().numpy(), deterministic=True)[0]
+            assert plan[0, j] == pytest.approx(expected[0], abs=1e-6), j
+        x = agent.model.rollout_step(x, torch.as_tensor(plan[:, j]))
 
 
 def test_continuous_plans_copy_the_env_side_then_follow_the_model(pendulum_planner: Path) -> None:
