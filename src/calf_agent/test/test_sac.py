@@ -183,6 +183,7 @@ def test_a_saved_sac_actor_loads_with_the_same_actions(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 6,000 updates: minutes on a loaded machine
 def test_sac_learns_pendulum(tmp_path: Path) -> None:
     """From about -1200 (random torques) to above -600 within 7,000 steps. 64x64 networks keep the 6,000 updates
     cheap; the default 256x256 ones learn Pendulum-v1 as fast (bench/bench_sac_vs_sb3.py) at 4-5x the cost."""
