@@ -125,7 +125,9 @@ def test_plans_are_cut_to_the_length_their_silence_calls_for(base_dir: Path) -> 
 
 
 @pytest.mark.parametrize(('argv', 'message'), [
-    (['--plan-horizon', 'auto'], "--plan-horizon auto is the model planner's: add --planner model"),
+    (['--plan-horizon', 'auto'], "--plan-horizon auto and --silence-lengths are the model planner's"),
+    (['--planner', 'model', '--plan-horizon', '16', '--silence-lengths'],
+     '--silence-lengths cuts plans of an automatic horizon: add --plan-horizon auto'),
     (['--plan-horizon', 'sixteen'], 'argument --plan-horizon: must be an integer'),
     (['--plan-horizon', 'auto:'], 'argument --plan-horizon: must be an integer'),
     (['--planner', 'model', '--plan-horizon', 'auto:no_such_link'], "unknown network profile 'no_such_link'"),
@@ -145,8 +147,9 @@ def test_bad_plan_horizons_exit_2_with_one_line(argv: list[str], message: str, t
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_an_adaptive_planner_trains_and_runs_through_calf_eval(tmp_path: Path, base_dir: Path) -> None:
-    """``auto:outage_burst``: the horizon covers Outage-Burst's tail, the plans follow the silence, the checkpoint
-    records why, and ``calf eval`` keeps the pole up behind the outages."""
+    """``auto:outage_burst``: the horizon covers Outage-Burst's tail, the checkpoint records why (and the lengths
+    the silences call for, which whole plans do not cut to), and ``calf eval`` keeps the pole up behind the
+    outages."""
     out = tmp_path / 'adaptive'
     meta = train_planner(base_dir, out, 'full_net_aware', 'auto:outage_burst', 0, cfg=SINGLE_MODEL, progress=False)
     horizon = meta['planner']['horizon']
@@ -154,7 +157,8 @@ def test_an_adaptive_planner_trains_and_runs_through_calf_eval(tmp_path: Path, b
     assert horizon['tail_ticks'] == tail and meta['plan_horizon'] == min(tail, horizon['predictable_ticks']) > 16
     agent, saved = load_checkpoint(out)
     assert agent.plan_horizon == saved['plan_horizon'] == meta['plan_horizon']
-    assert agent.lengths == horizon['silence_lengths'] and agent.lengths[0] < agent.lengths[-1]
+    assert agent.lengths is None and horizon['plans_cut_by_silence'] is False
+    assert horizon['silence_lengths'][0] < horizon['silence_lengths'][-1] == agent.plan_horizon
     run = subprocess.run([sys.executable, '-m', 'calf_bringup.cli', 'eval', '--policy', str(out), '--backend', 'sim',
                           '--network', 'outage_burst', '--episodes', '10', '--json'],
                          check=True, cwd=ROOT, capture_output=True, text=True)

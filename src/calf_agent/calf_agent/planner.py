@@ -133,6 +133,7 @@ class PlannerConfig:
     rollout: int | None = None  # steps of the open-loop loss (default: the plan horizon)
     refits: int = 2  # rounds of planner-driven data behind the network, each followed by a refit
     cut_quantile: float | None = 0.99  # the disagreement cut: this quantile of the held-out disagreement
+    silence_lengths: bool = False  # automatic horizon: plans as long as the silence before them calls for
 
     def __post_init__(self) -> None:
         if min(self.transitions, self.epochs, self.members) < 1 or self.refits < 0:
@@ -145,7 +146,8 @@ SINGLE_MODEL = PlannerConfig(epochs=30, members=1, hidden=(64, 64), rollout=1, r
 """The planner before the ensemble: one small MLP on one-step changes of base-policy data. It fits in a
 fraction of the default's time and predicts tasks with smooth dynamics as well (CartPole, InvertedPendulum),
 but not the double pendulum."""
-RECIPES = {'ensemble': PlannerConfig(), 'single': SINGLE_MODEL}
+RECIPES = {'ensemble': PlannerConfig(), 'single': SINGLE_MODEL,
+           'single-silence': replace(SINGLE_MODEL, silence_lengths=True)}
 """The model planner's recipes by name (an experiment row's ``model``)."""
 
 
@@ -191,8 +193,10 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     The held-out data (fresh base-policy episodes) gives the open-loop error per tick recorded in meta.json and
     calibrates the disagreement cut. An automatic ``plan_horizon`` (``AUTO``) plans over the tail of the link's
     silences (``regimes.tail_horizon``) and is then cut to the ticks the fitted model predicts
-    (``predictable_ticks``, on the held-out data); its plans are silence-aware (``regimes.silence_lengths`` of the
-    same link: ``PlanningAgent.lengths``).
+    (``predictable_ticks``, on the held-out data). With ``cfg.silence_lengths`` its plans are also cut to the
+    length the silence before them calls for (``regimes.silence_lengths`` of the same link:
+    ``PlanningAgent.lengths``); off by default, as on CartPole behind outage_burst the cut plans of one planner
+    scored 424 against 482 whole (results/outages_cartpole.md).
     """
     cfg = cfg or PlannerConfig()
     base, base_meta = load_checkpoint(base_dir)
@@ -243,7 +247,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     if coverage is not None and tail is not None:
         plan_horizon = agent.plan_horizon = auto_horizon(tail, predictable)
         agent.lead = lead = min(lead, plan_horizon - 1)
-        agent.lengths = silence_lengths(coverage, plan_horizon)
+        agent.lengths = silence_lengths(coverage, plan_horizon) if cfg.silence_lengths else None
         errors, spread = errors[:, :plan_horizon], spread[:, :plan_horizon]
     cut = None if cfg.cut_quantile is None else float(np.quantile(spread, cfg.cut_quantile))
     agent.disagreement_cut = cut if cut is not None and cut > 0 else None
@@ -264,6 +268,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     if tail is not None:
         meta['planner']['horizon'] = {'requested': requested, 'tail_network': tail_name, 'tail_quantile': TAIL_QUANTILE,
                                       'tail_ticks': tail, 'predictable_ticks': predictable,
-                                      'silence_lengths': agent.lengths}
+                                      'silence_lengths': silence_lengths(coverage, plan_horizon),
+                                      'plans_cut_by_silence': agent.lengths is not None}
     save_checkpoint(out_dir, agent, meta)
     return meta

@@ -59,8 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--plan-horizon', type=_plan_horizon, default=1, metavar='H',
                         help='actions per message: a plan for the H ticks after the observation (default 1); '
                              'model planner: auto covers 99.9 %% of the ticks\' silences on the training network '
-                             '(auto:NETWORK: on NETWORK), cut to the ticks its model predicts, with plans whose '
-                             'length follows the silence before them')
+                             '(auto:NETWORK: on NETWORK), cut to the ticks its model predicts')
     parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
                         help='how plans are made: ppo (one head per element, loss on executed elements) or '
                              'model (PPO on the bare env plus a learned dynamics model rolled forward; '
@@ -71,6 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--ensemble', type=count(1, MAX_MEMBERS), metavar='K',
                         help='model planner: dynamics models in the ensemble; plans follow their mean and are cut '
                              'where they disagree (default 5)')
+    parser.add_argument('--silence-lengths', action='store_true',
+                        help='model planner with --plan-horizon auto: cut each plan to the length the silence before '
+                             'it calls for on that link (shorter while the link is good; off by default: it cost '
+                             'CartPole returns behind outage_burst)')
     parser.add_argument('--expert', type=Path, metavar='DIR',
                         help='imitation: distil this clean-link policy (a --regime baseline checkpoint of the same '
                              'env) into a delay-aware student by DAgger; the student acts on what the network '
@@ -109,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
     args.env = resolve_env_arg(args.env, args.env_spec)
     network = args.network or regime_profile(args.regime)
     check_out_parent(args.out, 'checkpoint directory')  # before any work: trainings create it
-    if isinstance(args.plan_horizon, str) and args.planner != 'model':
-        raise ConfigError(f'--plan-horizon {args.plan_horizon} is the model planner\'s: add --planner model, or give '
-                          'a number of ticks')
+    if (isinstance(args.plan_horizon, str) or args.silence_lengths) and args.planner != 'model':
+        raise ConfigError(f'--plan-horizon {args.plan_horizon} and --silence-lengths are the model planner\'s: add '
+                          '--planner model, or give a number of ticks')
     if args.algo in SAC_ALGOS and (args.workers is not None or args.planner == 'model'):
         raise ConfigError(f'--algo {args.algo} trains in one process: drop --workers and --planner model, or use '
                           '--algo ppo')
@@ -148,6 +151,8 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
     if isinstance(args.plan_horizon, str):
         resolve_network(tail_network(args.plan_horizon, network) or network)  # a bad name fails before training
+    elif args.silence_lengths:
+        raise ConfigError('--silence-lengths cuts plans of an automatic horizon: add --plan-horizon auto')
     elif args.plan_horizon < 2:
         raise ConfigError('--planner model needs --plan-horizon >= 2 (16 covers wifi_degraded), or auto')
     if train_defaults(args.env).agent != 'mlp':
@@ -157,7 +162,7 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
         raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
                         regime='baseline', progress=not args.quiet, algo='ppo')
-    cfg = PlannerConfig() if args.ensemble is None else PlannerConfig(members=args.ensemble)
+    cfg = PlannerConfig(members=args.ensemble or PlannerConfig.members, silence_lengths=args.silence_lengths)
     meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,
                          cfg=cfg, progress=not args.quiet)
     print(json.dumps({'out': str(args.out), 'base_mean_return': base.mean_return, 'lead': meta['planner']['lead'],
