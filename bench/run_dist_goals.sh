@@ -6,7 +6,8 @@
 # (bench/train_dist_snapshots.py), to a deterministic evaluation of 475; InvertedPendulum-v5: single-process
 # calf train against calf train --workers 4, both on the task's 200,000-step budget; both tasks again with
 # --learner-network wifi_degraded. Each run is niced, on one torch thread, and evaluated with calf eval
-# (20 episodes, sim_clean) at the end.
+# (20 episodes, sim_clean) at the end. Each seed's runs use their own DDS domain (90 + seed), so that chains of
+# several seeds run side by side without hearing each other's learners and workers (same topics, same worker ids).
 set -u
 out=${1:?usage: bench/run_dist_goals.sh OUT_DIR [SEEDS...]}
 shift
@@ -28,13 +29,14 @@ run() {  # NAME COMMAND...: one run into OUT_DIR/NAME, skipped when it already f
 cartpole=(--workers 4 --steps 150000 --eval-every 4096 --stop-return 475)
 pendulum=(--env InvertedPendulum-v5)
 for seed in $seeds; do
-  run "cp_snapshots_s$seed" python bench/train_dist_snapshots.py "${cartpole[@]}" --seed "$seed"
-  run "cp_int8_s$seed" calf train --regime baseline --quiet "${cartpole[@]}" --seed "$seed"
+  domain=(--domain-id $((90 + seed)))
+  run "cp_snapshots_s$seed" python bench/train_dist_snapshots.py "${cartpole[@]}" "${domain[@]}" --seed "$seed"
+  run "cp_int8_s$seed" calf train --regime baseline --quiet "${cartpole[@]}" "${domain[@]}" --seed "$seed"
   run "ip_single_s$seed" calf train --regime baseline --quiet "${pendulum[@]}" --seed "$seed"
   run "ip_int8_s$seed" calf train --regime baseline --quiet "${pendulum[@]}" --workers 4 --eval-every 50000 \
-    --seed "$seed"
-  run "cp_wifi_int8_s$seed" calf train --regime baseline --quiet "${cartpole[@]}" --seed "$seed" \
+    "${domain[@]}" --seed "$seed"
+  run "cp_wifi_int8_s$seed" calf train --regime baseline --quiet "${cartpole[@]}" "${domain[@]}" --seed "$seed" \
     --learner-network wifi_degraded
   run "ip_wifi_int8_s$seed" calf train --regime baseline --quiet "${pendulum[@]}" --workers 4 --eval-every 50000 \
-    --seed "$seed" --learner-network wifi_degraded
+    "${domain[@]}" --seed "$seed" --learner-network wifi_degraded
 done

@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument('--stop-return', type=float, default=0.0)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--learner-network')
+    parser.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID of the processes (default: inherited)')
     args = parser.parse_args()
     defaults = train_defaults(args.env, 'ppo')
     out = args.out.resolve()
@@ -36,7 +37,7 @@ def main() -> int:
               'steps': args.steps or defaults.total_steps, 'seed': args.seed, 'sync': 'every',
               'eval_every': args.eval_every, 'stop_return': args.stop_return, 'kl_bound': 0.0}
     specs = training_graph(params, args.workers, defaults.num_envs, args.seed, args.learner_network, out, str(key))
-    return run_training(specs)
+    return run_training(specs, args.domain_id)
 
 
 if __name__ == '__main__':
