@@ -130,7 +130,7 @@ def goal_row(run: Path) -> dict:
     points = curve(run)
     row = {'run': run.name, 'group': re.sub(r'_s\d+$', '', run.name), 'steps_to_target': hit, 'final_return': final,
            'last_window': points[-1][1] if points else None, 'env_steps': points[-1][0] if points else None,
-           'bytes': None, 'as_snapshots': None, 'messages': None, 'kinds': None, 'lag_p50': None,
+           'bytes': None, 'as_snapshots': None, 'messages': None, 'kinds': None, 'lag_p50': None, 'refused': None,
            'load': _load(run)}
     if summary:
         lags = [int(k) for k, n in summary['lag_histogram'].items() if k != 'other_run' for _ in range(n)]
@@ -138,7 +138,8 @@ def goal_row(run: Path) -> dict:
         row.update(bytes=summary['weights_sent']['bytes'], messages=summary['weights_sent']['messages'],
                    as_snapshots=kinds.get('bytes_as_snapshots'), env_steps=summary['env_steps'],
                    kinds=f'{kinds["snapshots"]} / {kinds["deltas"]}',
-                   lag_p50=float(np.percentile(lags, 50)) if lags else None)
+                   lag_p50=float(np.percentile(lags, 50)) if lags else None,
+                   refused=', '.join(f'{k} {v}' for k, v in summary['refused'].items()) or 'none')
     return row
 
 
@@ -153,13 +154,13 @@ def goals(root: Path) -> None:
     """The goal tables: per run, then per group (medians over seeds) and the ratios the goals name."""
     rows = [goal_row(run) for run in sorted(root.iterdir()) if run.is_dir() and (run / 'done').is_file()]
     print('| run | env steps to target | final return (20 ep) | last 20-episode return | env steps | weight bytes '
-          '| as full snapshots | weight msgs (snapshots / deltas) | lag p50 | load at start → end |')
-    print('|---|---|---|---|---|---|---|---|---|---|')
+          '| as full snapshots | weight msgs (snapshots / deltas) | lag p50 | refused at the learner | load at start → end |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|')
     for r in rows:
         print(f'| {r["run"]} | {fmt(r["steps_to_target"])} | {fmt(r["final_return"], ".1f")} '
               f'| {fmt(r["last_window"], ".1f")} | {fmt(r["env_steps"])} | {fmt(r["bytes"], ",")} '
               f'| {fmt(r["as_snapshots"], ",")} | {fmt(r["messages"])} ({fmt(r["kinds"])}) | {fmt(r["lag_p50"], ".0f")} '
-              f'| {r["load"]} |')
+              f'| {fmt(r["refused"])} | {r["load"]} |')
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[r['group']].append(r)
