@@ -196,7 +196,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     (``predictable_ticks``, on the held-out data). With ``cfg.silence_lengths`` its plans are also cut to the
     length the silence before them calls for (``regimes.silence_lengths`` of the same link:
     ``PlanningAgent.lengths``); off by default, as on CartPole behind outage_burst the cut plans of one planner
-    scored 424 against 482 whole (results/outages_cartpole.md).
+    scored 424 against 482 whole (results/outages.md).
     """
     cfg = cfg or PlannerConfig()
     base, base_meta = load_checkpoint(base_dir)
