@@ -25,7 +25,7 @@ from calf_agent.training import train
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
-from calf_core.profiles import Profile, _uplink_arrivals, sample_e2e
+from calf_core.profiles import Profile, sample_e2e, uplink_arrivals
 from calf_core.task_spec import ALGOS, SAC_ALGOS, HoldMode, SuccessRule, TaskSpec
 from calf_core.vector_networked import CartPoleBatch, EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
@@ -78,7 +78,7 @@ def plan_coverage(profile: Profile, dt: float, ticks: int = 100_000, seed: int =
     uplink, downlink = profile.make_links(np.random.default_rng(seed))
     plans: list[tuple[float, int, int]] = []  # (arrival, obs seq, silence before it) of each plan that arrives
     answered = -1
-    for arrive_s, send_s in _uplink_arrivals(uplink, ticks, dt):
+    for arrive_s, send_s in uplink_arrivals(uplink, ticks, dt):
         seq = round(send_s / dt)
         if seq <= answered:
             continue

@@ -214,13 +214,13 @@ def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2ESt
     uplink, downlink = profile.make_links(np.random.default_rng(seed))
     delivered = 0
     e2e_ms = []
-    for arrive_s, send_s in _uplink_arrivals(uplink, n, dt_s):
+    for arrive_s, send_s in uplink_arrivals(uplink, n, dt_s):
         delivered += 1
         arrivals = downlink.transmit(arrive_s + compute_s)
         if arrivals:
             e2e_ms.append((arrivals[0] - send_s) * 1e3)
     uplink, downlink = profile.make_links(np.random.default_rng(seed))
-    acted = _acted_on_e2e_ms(_uplink_arrivals(uplink, n, dt_s), downlink, compute_s)
+    acted = _acted_on_e2e_ms(uplink_arrivals(uplink, n, dt_s), downlink, compute_s)
     return E2EStats(
         all_messages=_latency(e2e_ms),
         acted_on=_latency(acted),
@@ -231,7 +231,7 @@ def sample_e2e(profile: Profile, n: int, seed: int, dt_s: float = 0.02) -> E2ESt
     )
 
 
-def _uplink_arrivals(uplink: Link, n: int, dt_s: float) -> Iterator[tuple[float, float]]:
+def uplink_arrivals(uplink: Link, n: int, dt_s: float) -> Iterator[tuple[float, float]]:
     """(first arrival, send time) of each delivered observation, in arrival order. Each arrival is handed out
     before any later observation is sent, so the caller's downlink sends interleave with the uplink's in time
     order, as in a run (a shared process sees both directions go forward together)."""
