@@ -1,9 +1,9 @@
-"""Write an outages table from the cells already in an experiment cache, without training or evaluating more.
+"""Write a table of `calf experiment` from the cells already in its cache, without training or evaluating more.
 
-    python results/outages_collect.py outages_cartpole /root/calf_cache/outages results
+    python bench/table_from_cache.py TABLE OUT results    # OUT: the --out of `calf experiment TABLE`
 
 Seeds whose cells are not in the cache are listed as missing in the cell (``failed_seeds``); ``calf experiment
-outages --seeds 3 --episodes 50 --workers 1 --out /root/calf_cache/outages`` fills the rest from the same cache.
+TABLE --seeds 3 --episodes 50 --workers 1 --out OUT`` fills the rest from the same cache.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def main(name: str, out: Path, results: Path, seeds: int = 3, episodes: int = 50
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
     cached = {e.key: out / 'cache' / 'eval' / f'{e.key}.json' for e in evals}
     reports = {key: read_json(path, 'cached evaluation') for key, path in cached.items() if path.is_file()}
-    command = f'python results/outages_collect.py {name} {out} {results}'
+    command = f'python bench/table_from_cache.py {name} {out} {results}'
     for path in write_outputs(collect(spec, trains, evals, reports), results, command, time.time()):
         print(path)
 
