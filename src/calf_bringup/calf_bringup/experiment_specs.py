@@ -143,8 +143,8 @@ TABLES['plans'] = TableSpec(
 # 10 ticks (profiles in results/profiles: the action answering tick t's observation runs at tick t + 1 + k, as a
 # k-step delay in the literature). SAC on a clean link is the Baseline and the undelayed reference; augmented SAC
 # (the observation plus the actions in flight and the delay state) is the literature's delayed-RL baseline; the
-# imitation student learns from the same seed's Baseline by DAgger; Full + plans is the model planner over a
-# Gaussian PPO Baseline of the same seed. Each row's own training gets the table's step budget; the student and the
+# imitation student learns from the same seed's Baseline by DAgger; Full + plans is the model planner over that
+# same SAC Baseline (a smooth expert: results/NOTES.md). Each row's own training gets the table's step budget; the student and the
 # planner also use their Baseline's.
 
 
@@ -154,7 +154,7 @@ def robots_table(name: str, env: str, dt_ms: int, steps: int, extra_rows: tuple[
     rows = (Row('Baseline (SAC)', 'sim_clean', algo='sac'), Row('Augmented SAC', 'full_net_aware', algo='sac'),
             Row('BPQL (SAC)', 'full_net_aware', algo='bpql'),
             Row('Imitation (DAgger)', 'full_net_aware', planner='imitation', algo='sac'),
-            Row('Full + plans', 'full_net_aware', 10, 'model'), *extra_rows)
+            Row('Full + plans', 'full_net_aware', 10, 'model', algo='sac'), *extra_rows)
     return TableSpec(name, f'{env}: mean episode return (± std across seeds)', env, 'mean_return', 1.0, steps,
                      rows, (*COLUMNS, *constant), {}, (rows[0].name, COLUMNS[0].name))
 

@@ -7,18 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from calf_bringup.experiment import run_table, write_outputs
+from calf_bringup.experiment import TrainJob, run_table, write_outputs
 from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, Column, Row, TableSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_the_robots_group_names_tables_whose_profiles_exist() -> None:
+def test_the_robots_tables_name_existing_profiles_and_plan_over_their_sac_baseline() -> None:
     for name in TABLE_GROUPS['robots']:
         spec = TABLES[name]
         assert spec.reference == (spec.rows[0].name, 'Sim-Clean')
         for column in spec.columns:
             assert '/' not in column.network or (ROOT / column.network).is_file(), column.network
+        baseline = TrainJob(spec.env, spec.rows[0], 0, spec.steps)
+        based = [row for row in spec.rows if row.planner in ('model', 'imitation')]
+        assert based and all(TrainJob(spec.env, row, 0, spec.steps).base.key == baseline.key for row in based)
 
 
 @pytest.mark.slow
