@@ -54,6 +54,9 @@ def test_a_killed_worker_actor_is_restarted_and_costs_only_its_batch(tmp_path, m
               'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline', 'steps': 10**6, 'eval_every': 10**6,
               'key_file': ''}
     monkeypatch.setenv(KEY_ENV, secrets.token_hex(32))
+    # connect('local') sets this for Ray's single-machine mode; set here, monkeypatch takes it back, so later
+    # tests' `ray start` worker nodes do not inherit it and refuse to start
+    monkeypatch.setenv('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')
     cfg = learner_config(params)
     lines: list[str] = []
     ray = connect('local')
