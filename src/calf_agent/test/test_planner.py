@@ -3,15 +3,16 @@ arrival-aware plans, the disagreement cut, and what they buy under delay."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from planner_bases import balancing_base, save_base, supervise, train_exit_code
 
-from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.checkpoint import load_checkpoint
 from calf_agent.dynamics import (
     DynamicsModel,
     EnsembleDynamics,
@@ -28,7 +29,6 @@ from calf_agent.evaluate import evaluate_sim, one_torch_thread
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.plan_agent import PlanningAgent
 from calf_agent.planner import PlannerConfig, collect_transitions, env_fallbacks, train_planner
-from calf_agent.policies import MlpAgent
 from calf_agent.policy_runner import PolicyRunner
 from calf_agent.sac import SacActor
 from calf_bringup import cli
@@ -54,36 +54,10 @@ def one_thread() -> Iterator[None]:
         yield
 
 
-def balancing_law(obs: np.ndarray) -> np.ndarray:
-    """A linear CartPole controller that keeps the pole up for 500 ticks from any reset."""
-    return (obs @ np.array([0.1, 0.5, 10.0, 2.0]) > 0).astype(np.int64)
-
-
 @pytest.fixture(scope='module')
 def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An MLP policy fitted to ``balancing_law`` by supervised learning (seconds, not a PPO run)."""
-    torch.manual_seed(0)
-    agent = MlpAgent(4, 2)
-    states = np.random.default_rng(0).uniform([-2.4, -2, -0.21, -2], [2.4, 2, 0.21, 2], (20_000, 4))
-    x, y = torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(balancing_law(states))
-    supervise(agent.actor, lambda: torch.nn.functional.cross_entropy(agent.logits(x), y))
-    return save_base(agent, 'cartpole', tmp_path_factory.mktemp('base') / 'base')
-
-
-def supervise(actor: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> None:
-    """300 Adam steps of supervised learning on ``actor``'s weights."""
-    optimizer = torch.optim.Adam(actor.parameters(), 1e-2)
-    for _ in range(300):
-        value = loss()
-        optimizer.zero_grad()
-        value.backward()
-        optimizer.step()
-
-
-def save_base(agent: torch.nn.Module, env: str, out: Path) -> Path:
-    """``agent`` saved as a planner's base: single actions on the plain observation of ``env``."""
-    return save_checkpoint(out, agent.eval(), {'env': env, 'representation': {'frames': 1, 'actions': 0},
-                                               'plan_horizon': 1, 'seed': 0})
+    return balancing_base(tmp_path_factory.mktemp('base') / 'base')
 
 
 SMALL = PlannerConfig(transitions=20_000, epochs=10, members=2, hidden=(64, 64), rollout=2, refits=1,
@@ -426,11 +400,7 @@ def test_a_bad_ensemble_spec_is_one_line(tmp_path: Path, pendulum_planner: Path,
 ])
 def test_bad_ensemble_options_exit_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    try:
-        code = cli.main(['train', *argv, '--out', str(tmp_path / 'out')])
-    except SystemExit as exit_:  # argparse's own errors
-        code = exit_.code
-    assert code == 2
+    assert train_exit_code(argv, tmp_path / 'out') == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith(message), err
     assert not (tmp_path / 'out').exists()

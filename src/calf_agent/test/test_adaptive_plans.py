@@ -10,45 +10,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from planner_bases import balancing_base, balancing_law, train_exit_code
 
 from calf_agent.agents import make_agent
-from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import one_torch_thread
 from calf_agent.plan_agent import PlanningAgent
 from calf_agent.planner import SINGLE_MODEL, auto_horizon, predictable_ticks, tail_network, train_planner
-from calf_agent.policies import MlpAgent
 from calf_agent.regimes import plan_coverage, silence_lengths, tail_horizon
-from calf_bringup import cli
 from calf_core.envs import make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CONSTANT_5 = str(ROOT / 'results/profiles/constant_5_ticks_20ms.yaml')  # plans answering tick t run from t + 6
-
-
-def balancing_law(obs: np.ndarray) -> np.ndarray:
-    """A linear CartPole controller that keeps the pole up from any reset."""
-    return (obs @ np.array([0.1, 0.5, 10.0, 2.0]) > 0).astype(np.int64)
 
 
 @pytest.fixture(scope='module')
 def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An MLP fitted to ``balancing_law`` by supervised learning (seconds), saved as a planner's base."""
     with one_torch_thread():
-        torch.manual_seed(0)
-        agent = MlpAgent(4, 2)
-        states = np.random.default_rng(0).uniform([-2.4, -2, -0.21, -2], [2.4, 2, 0.21, 2], (5_000, 4))
-        x, y = torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(balancing_law(states))
-        optimizer = torch.optim.Adam(agent.actor.parameters(), 1e-2)
-        for _ in range(300):
-            loss = torch.nn.functional.cross_entropy(agent.logits(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    out = tmp_path_factory.mktemp('base') / 'base'
-    return save_checkpoint(out, agent.eval(), {'env': 'cartpole', 'representation': {'frames': 1, 'actions': 0},
-                                               'plan_horizon': 1, 'seed': 0})
+        return balancing_base(tmp_path_factory.mktemp('base') / 'base', samples=5_000)
 
 
 def test_a_constant_delay_ages_every_plan_alike() -> None:
@@ -134,11 +116,7 @@ def test_plans_are_cut_to_the_length_their_silence_calls_for(base_dir: Path) -> 
 ])
 def test_bad_plan_horizons_exit_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    try:
-        code = cli.main(['train', *argv, '--out', str(tmp_path / 'out')])
-    except SystemExit as exit_:  # argparse's own errors
-        code = exit_.code
-    assert code == 2
+    assert train_exit_code(argv, tmp_path / 'out') == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and 'Traceback' not in '\n'.join(err), err
     assert not (tmp_path / 'out').exists()
