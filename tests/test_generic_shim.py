@@ -17,13 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 from geometry_msgs.msg import Twist, Vector3
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
-from ros_helpers import new_context, shut_down, spin_until
+from ros_helpers import PrivateNode, new_context, spin_until, write_profile
 from sensor_msgs.msg import LaserScan
 from std_msgs.msg import String
 
@@ -95,25 +92,18 @@ class Client:
         return len(self.measured(seqs)) >= len(seqs) and all(seq in self.wire for seq in seqs)
 
 
-class Harness:
+class Harness(PrivateNode):
     """A private context holding one executor, the generic shim and a client node."""
 
-    def __init__(self, context: Context) -> None:
-        self.context = context
-        self.executor = SingleThreadedExecutor(context=context)
-        self.node = Node('generic_shim_test_client', context=context)
-        self.executor.add_node(self.node)
-        self.shim: GenericShimNode | None = None
+    def __init__(self) -> None:
+        super().__init__('generic_shim_test_client')
         self.stats: dict[str, LinkStats] = {}
         self.node.create_subscription(LinkStats, 'shim/link_stats',
                                       lambda msg: self.stats.__setitem__(msg.reporter, msg), RESULTS)
 
     def start_shim(self, config: Path, **params: Any) -> GenericShimNode:
         params = {'config': str(config), 'stats_period_s': 0.1, 'discovery_period_s': 0.1, **params}
-        self.shim = GenericShimNode(context=self.context,
-                                    parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
-        self.executor.add_node(self.shim)
-        return self.shim
+        return self.host(GenericShimNode, **params)
 
     def wait_for_path(self, clients: list[Client], timeout_s: float = 15.0) -> None:
         """Publish on every client each 50 ms until each has received something."""
@@ -136,22 +126,12 @@ class Harness:
         self.node.destroy_timer(timer)
         return sent
 
-    def close(self) -> None:
-        shut_down(self.executor, self.context, self.shim, self.node)
 
 
 @pytest.fixture
 def harness() -> Iterator[Harness]:
-    h = Harness(new_context())
-    try:
+    with Harness() as h:
         yield h
-    finally:
-        h.close()
-
-
-def write_profile(tmp_path: Path, name: str, uplink: list[dict], downlink: list[dict] | str = 'same') -> str:
-    (tmp_path / f'{name}.yaml').write_text(f'reorder: false\nuplink: {uplink}\ndownlink: {downlink}\n')
-    return f'{name}.yaml'
 
 
 def write_config(tmp_path: Path, entries: list[dict]) -> Path:
@@ -247,7 +227,7 @@ def test_trace_bag_holds_every_relayed_message_with_its_delay_or_loss(harness: H
     assert spin_until(harness.executor, lambda: len(_readable(bag)) == total, 5.0)  # flushed while running
     harness.executor.remove_node(shim)
     shim.destroy_node()  # closes the bag, as on SIGINT
-    harness.shim = None
+    harness.hosted.remove(shim)
 
     topics, _ = read_bag(bag)
     assert topics == {f'{TRACE_TOPIC}{r}': TRACE_TYPE for r in reporters}

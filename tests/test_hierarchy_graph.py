@@ -7,15 +7,12 @@ time scale 4 (a CartPole tick every 5 ms) and the delay_only profile through the
 from __future__ import annotations
 
 import json
-import threading
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import rclpy
 import torch
-from rclpy.executors import SingleThreadedExecutor
-from ros_helpers import new_context, spin_until
+from ros_helpers import Lines, PrivateNode
 
 from calf_agent.checkpoint import save_checkpoint
 from calf_agent.hierarchy import Hierarchy, SubPolicy, load_hierarchy, save_hierarchy
@@ -113,14 +110,11 @@ def test_hierarchy_json_round_trips(hierarchy: Path) -> None:
     assert json.loads((hierarchy / 'hierarchy.json').read_text())['format'] == 1
 
 
-class Probe:
+class Probe(PrivateNode):
     """Episode results and the sources of the actions the arbiter sends to the env, on a private context."""
 
     def __init__(self) -> None:
-        self.context = new_context()
-        self.node = rclpy.create_node('hierarchy_probe', context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__('hierarchy_probe')
         self.results: dict[int, EpisodeResult] = {}
         self.sources: dict[int, set[str]] = defaultdict(set)
         self.node.create_subscription(EpisodeResult, '/calf/edge/episode_result',
@@ -132,33 +126,6 @@ class Probe:
         """A finished episode later than ``after`` whose actions came from exactly ``sources``."""
         return next((r for e, r in sorted(self.results.items())
                      if e > after and r.actions_applied > 0 and self.sources[e] == sources), None)
-
-    def until(self, condition, timeout_s: float) -> bool:
-        return spin_until(self.executor, condition, timeout_s)
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
-
-
-class Lines:
-    """Collects the nodes' output lines (written from the runner's reader threads)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-
-    def write(self, text: str) -> None:
-        with self._lock:
-            self.lines.extend(text.splitlines())
-
-    def flush(self) -> None:
-        pass
-
-    def has(self, text: str) -> bool:
-        with self._lock:
-            return any(text in line for line in self.lines)
 
 
 @pytest.mark.slow

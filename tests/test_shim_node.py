@@ -10,12 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import new_context, shut_down, spin_until
+from ros_helpers import PrivateNode, spin_until, write_profile
 
 from calf_core.profiles import available_profiles
 from calf_msgs.msg import Action, LinkStats, Observation
@@ -32,12 +31,6 @@ DIRECTIONS = {  # name: (message type, topic the client publishes on, topic it r
     'uplink': (Observation, 'edge/observation', 'desktop/observation'),
     'downlink': (Action, 'desktop/action', 'edge/action'),
 }
-
-
-def write_profile(tmp_path: Path, name: str, uplink: list[dict], downlink: list[dict] | str = 'same') -> str:
-    path = tmp_path / f'{name}.yaml'
-    path.write_text(f'reorder: false\nuplink: {uplink}\ndownlink: {downlink}\n')
-    return str(path)
 
 
 def fixed(ms: float) -> list[dict]:
@@ -106,38 +99,25 @@ class Client:
         return self.received
 
 
-class Graph:
+class Graph(PrivateNode):
     """A private context holding one executor, a shim and a client node."""
 
-    def __init__(self, context: Context) -> None:
-        self.context = context
-        self.executor = SingleThreadedExecutor(context=context)
-        self.client_node = Node('shim_test_client', context=context)
-        self.executor.add_node(self.client_node)
-        self.shim: ShimNode | None = None
+    def __init__(self) -> None:
+        super().__init__('shim_test_client')
 
     def start_shim(self, **params: Any) -> ShimNode:
         params = {'edge_reliability': 'reliable', 'desktop_reliability': 'reliable', 'stats_period_s': 0.1,
                   **params}
-        self.shim = ShimNode(context=self.context,
-                             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
-        self.executor.add_node(self.shim)
-        return self.shim
+        return self.host(ShimNode, **params)
 
     def client(self, direction: str) -> Client:
-        return Client(self.client_node, self.executor, direction)
-
-    def close(self) -> None:
-        shut_down(self.executor, self.context, self.shim, self.client_node)
+        return Client(self.node, self.executor, direction)
 
 
 @pytest.fixture
 def graph() -> Iterator[Graph]:
-    g = Graph(new_context())
-    try:
+    with Graph() as g:
         yield g
-    finally:
-        g.close()
 
 
 def assert_delays(received: list[tuple[int, float]], n: int, delay_ms: float) -> None:
@@ -174,8 +154,8 @@ def test_time_scale_divides_the_model_delay(graph: Graph, tmp_path: Path) -> Non
 def test_injected_losses_are_counted_in_link_stats(graph: Graph, tmp_path: Path) -> None:
     graph.start_shim(network=write_profile(tmp_path, 'lossy', [{'model': 'bernoulli_loss', 'p': 0.5}]), seed=3)
     stats: dict[int, LinkStats] = {}
-    graph.client_node.create_subscription(LinkStats, 'shim/link_stats',
-                                          lambda msg: stats.__setitem__(msg.direction, msg), RESULTS)
+    graph.node.create_subscription(LinkStats, 'shim/link_stats',
+                                   lambda msg: stats.__setitem__(msg.direction, msg), RESULTS)
     client = graph.client('uplink')
     client.wait_for_path()
     client.send(100)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rclpy.serialization import serialize_message
-from ros_helpers import new_context, spin_until
-from test_shim_node import RELIABLE, Graph, fixed, write_profile
+from ros_helpers import spin_until, write_profile
+from test_shim_node import RELIABLE, Graph, fixed
 
 from calf_msgs.msg import Action, Observation
 from calf_ros.arrival import MAX_AGE_S
@@ -49,7 +48,7 @@ class SteadyClient:
     stamps its ticks; records each one's time from publication to DDS reception beyond the shim (wall clock)."""
 
     def __init__(self, graph: Graph) -> None:
-        self.node, self.executor = graph.client_node, graph.executor
+        self.node, self.executor = graph.node, graph.executor
         self.pub = self.node.create_publisher(Observation, 'edge/observation', RELIABLE)
         self.node.create_subscription(Observation, 'desktop/observation', self._on_message, RELIABLE)
         self.published: dict[int, int] = {}  # seq: wall ns at publication
@@ -79,21 +78,12 @@ class SteadyClient:
         return statistics.median(self.delays_ms[seq] for seq in range(n))
 
 
-@pytest.fixture
-def graph() -> Iterator[Graph]:
-    g = Graph(new_context())
-    try:
-        yield g
-    finally:
-        g.close()
-
-
 @pytest.mark.ros
 @pytest.mark.slow
 @pytest.mark.parametrize('stamped, expected_ms', [(True, DELAY_MS - EARLY_MS), (False, DELAY_MS)])
-def test_the_delay_runs_from_the_senders_stamp(graph: Graph, tmp_path: Path, stamped: bool,
-                                               expected_ms: float) -> None:
+def test_the_delay_runs_from_the_senders_stamp(tmp_path: Path, stamped: bool, expected_ms: float) -> None:
     """Stamped 20 ms before publication, a message crosses a 30 ms link 10 ms after it (30 ms unstamped)."""
-    graph.start_shim(network=write_profile(tmp_path, 'fixed', fixed(DELAY_MS)), edge_stamped=stamped)
-    median = SteadyClient(graph).median_delay_ms(30)
+    with Graph() as graph:
+        graph.start_shim(network=write_profile(tmp_path, 'fixed', fixed(DELAY_MS)), edge_stamped=stamped)
+        median = SteadyClient(graph).median_delay_ms(30)
     assert expected_ms - 0.5 < median < expected_ms + EARLY_MS / 2, f'median {median:.1f} ms'

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+from ros_helpers import Lines
 
 from calf_bringup.graph import NodeSpec
 from calf_bringup.runner import Graph
@@ -35,27 +35,6 @@ def stand_in(root: Path, name: str, realtime: bool) -> NodeSpec:
     return NodeSpec('fake', name, name, '/calf', {}, [], 'edge', {}, realtime)
 
 
-class Lines:
-    """A text stream that keeps each printed line, and can wait for some."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-
-    def write(self, text: str) -> None:
-        with self._cond:
-            self.lines.extend(line for line in text.split('\n') if line)
-            self._cond.notify_all()
-
-    def flush(self) -> None:
-        pass
-
-    def wait_for(self, count: int, timeout_s: float) -> list[str]:
-        with self._cond:
-            self._cond.wait_for(lambda: len(self.lines) >= count, timeout_s)
-            return list(self.lines)
-
-
 def test_a_live_loop_node_runs_ahead_of_normal_processes_from_its_first_instruction(tmp_path: Path) -> None:
     """What ``raise_priority`` applies (SCHED_FIFO, or nice -10, as permitted) holds before the node's program
     runs; a node outside the live loop keeps the runner's scheduling."""
@@ -65,6 +44,6 @@ def test_a_live_loop_node_runs_ahead_of_normal_processes_from_its_first_instruct
     output = Lines()
     with Graph([stand_in(tmp_path, 'live', True), stand_in(tmp_path, 'other', False)], output=output,  # type: ignore[arg-type]
                install_root=tmp_path):
-        lines = output.wait_for(2, 60)
-    assert f'[live] {raised.stdout.strip()}' in lines
-    assert f'[other] {normal}' in lines
+        assert output.wait_for_prefix('[live] ', 60) and output.wait_for_prefix('[other] ', 60), output.lines
+    assert f'[live] {raised.stdout.strip()}' in output.lines
+    assert f'[other] {normal}' in output.lines
