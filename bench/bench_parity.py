@@ -21,11 +21,10 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+
+from live_bench import cpu_load, parity_policy
 
 GOALS = {0: (0.02, 0.15), 4: (0.05, 0.10)}  # --load: |ros / sim - 1| of E2E p50 and p95 (the issue's goals)
 MISSED_GOAL = 0.005  # share of tick deadlines missed
@@ -33,19 +32,6 @@ MISSED_GOAL = 0.005  # share of tick deadlines missed
 MISSED = re.compile(r'(\d+) of (\d+) tick deadlines missed')
 COUNT_STARTS = re.compile(r'\[(\d+\.\d+)\] \[[\w.]*env\]: policy heard after .* episode 0 of the count starts')
 STARTUP_GOAL_S = 10.0  # from calf eval's start to the start of the first counted episode
-SPIN = 'import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n'
-
-
-@contextmanager
-def cpu_load(processes: int, limit_s: float) -> Iterator[None]:
-    """``processes`` busy loops beside the caller, each ending by itself after ``limit_s``; stopped on exit."""
-    spinners = [subprocess.Popen([sys.executable, '-c', SPIN.format(limit=limit_s)]) for _ in range(processes)]
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
 
 
 def evaluate(policy: Path, network: str, backend: str, episodes: int, seed: int) -> dict:
@@ -79,14 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-    with tempfile.TemporaryDirectory() as tmp:
-        policy = args.policy
-        if policy is None:
-            from calf_agent.regimes import train_policy
-
-            policy = Path(tmp) / 'cartpole_baseline'
-            train_policy('cartpole', 'sim_clean', seed=0, out_dir=policy, steps=20_000, regime='baseline',
-                         progress=False)
+    with parity_policy(args.policy) as policy:
         sim = evaluate(policy, args.network, 'sim', args.episodes, args.seed)
         load_before = os.getloadavg()[0]
         with cpu_load(args.load, args.load_limit_s):

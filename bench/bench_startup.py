@@ -7,7 +7,7 @@ opened: a policy was heard, so no start-up time is ever counted as policy perfor
 command's start: ``spawned`` (the runner's "[calf] running" line: the CLI's imports and checks), ``env`` /
 ``shim`` / ``policy`` (each node's first line: its imports and rclpy start; the policy's line comes once its
 checkpoint is loaded), ``counted`` (the first counted episode starts: DDS discovery and the first answer).
-``--load N`` runs N CPU-bound processes beside each run (``bench_parity.cpu_load``). Medians over ``--repeats``.
+``--load N`` runs N CPU-bound processes beside each run (``live_bench.cpu_load``). Medians over ``--repeats``.
 Without ``--policy`` it trains the parity test's policy first (PPO, 20,000 steps under sim_clean).
 
     python bench/bench_startup.py [--policy DIR] [--loads 0 4] [--repeats 3]
@@ -21,12 +21,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from bench_parity import STARTUP_GOAL_S, cpu_load
+from bench_parity import STARTUP_GOAL_S
+from live_bench import cpu_load, parity_policy
 
 PHASES = ('spawned', 'env', 'shim', 'policy', 'counted')
 MARKS = {'spawned': '[calf] running', 'env': '[env] ', 'shim': '[shim] ', 'policy': '[policy] ',
@@ -68,14 +68,7 @@ def main() -> None:
     parser.add_argument('--loads', type=int, nargs='+', default=[0, 4], help='CPU-bound processes beside the run')
     parser.add_argument('--repeats', type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        policy = args.policy
-        if policy is None:
-            from calf_agent.regimes import train_policy
-
-            policy = Path(tmp) / 'cartpole_baseline'
-            train_policy('cartpole', 'sim_clean', seed=0, out_dir=policy, steps=20_000, regime='baseline',
-                         progress=False)
+    with parity_policy(args.policy) as policy:
         print(f'start-up of calf run sim_net (delay_only), seconds from the command\'s start, medians of '
               f'{args.repeats} runs, {os.cpu_count()} CPUs')
         print(f'{"--load":>6}  {"load avg":>8}  ' + ''.join(f'{phase:>9}' for phase in PHASES) + '   runs (counted)')
