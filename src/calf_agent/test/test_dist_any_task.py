@@ -17,7 +17,18 @@ from calf_agent.dist.delta import apply_delta, checksum, make_delta
 from calf_agent.dist.learner import STATE, Learner, LearnerConfig
 from calf_agent.dist.policy import mean_kl
 from calf_agent.dist.sync import parse_sync
-from calf_agent.dist.wire import MAX_BYTES, Kind, Opener, Refused, Sealer, WeightsMessage, _frame, snapshot, split
+from calf_agent.dist.wire import (
+    MAX_BYTES,
+    Kind,
+    Opener,
+    Reassembler,
+    Refused,
+    Sealer,
+    WeightsMessage,
+    _frame,
+    snapshot,
+    split,
+)
 from calf_agent.dist.worker import RolloutWorker
 from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import LstmAgent, MlpAgent
@@ -186,11 +197,12 @@ def test_a_delta_onto_a_version_the_worker_does_not_hold_is_never_applied(tmp_pa
     lines: list[str] = []
     worker.reassembler.log = lines.append
     frame = Sealer(KEY, 'learner').encode(_delta(agent, worker, base=2, version=4, precision=precision))  # on 2
-    assert not any(worker.receive(c, 0.0) for c in split(frame, Kind.WEIGHTS, 'learner', 1))
+    assert not any(worker.receive(c, 0.0) for c in split(frame, Kind.WEIGHTS, 'learner', 1, KEY))
     assert worker.reassembler.refused == {'stale_base': 1} and worker.version == 3
     assert checksum(worker.agent.state_dict()) == before and worker.needs_snapshot
     assert len(lines) == 1 and 'asking for a snapshot' in lines[0]
-    hello = Opener(KEY).decode(b''.join(c.data for c in worker.hello()), 'w0')
+    (chunk,) = worker.hello()
+    hello = Opener(KEY).decode(Reassembler(KEY).add(chunk, 0.0), 'w0')
     assert hello.version == -1  # the hello asks for a snapshot
     good = _delta(agent, worker, base=3, version=5, precision=precision)
     assert worker.apply(good) and worker.version == 5 and not worker.needs_snapshot

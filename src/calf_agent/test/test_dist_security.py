@@ -28,6 +28,7 @@ from calf_agent.dist.wire import (
     shown,
     snapshot,
     split,
+    tagged,
 )
 from calf_agent.dist.worker import RolloutWorker
 from calf_agent.policies import MlpAgent
@@ -48,7 +49,7 @@ def _learner(tmp_path: Path, lines: list[str] | None = None, **kw) -> Learner:
 
 
 def _send(learner: Learner, frame: bytes, kind: Kind, sender: str, message_id: int, now_s: float = 0.0) -> None:
-    for chunk in split(frame, kind, sender, message_id, chunk_bytes=4096):
+    for chunk in split(frame, kind, sender, message_id, KEY, chunk_bytes=4096):
         learner.receive(chunk, now_s)
 
 
@@ -111,13 +112,18 @@ def test_the_replay_state_is_bounded():
 
 
 def test_a_replayed_batch_is_refused_by_the_learner(tmp_path):
-    learner = _learner(tmp_path)
+    lines: list[str] = []
+    learner = _learner(tmp_path, lines)
     worker = _ready_worker()
     _admitted(learner, worker)
-    chunks = worker.next_batch(16)
-    for chunk in [*chunks, *(c._replace(message_id=c.message_id + 1) for c in chunks)]:
+    frame = worker.sealer.encode(worker.collect(16))
+    chunks = split(frame, Kind.BATCH, 'w0', 5, KEY, chunk_bytes=1024)
+    for chunk in [*chunks, *chunks]:  # the same chunks again: refused as they arrive, and take no place
         learner.receive(chunk, 0.0)
-    assert learner.reassembler.refused == {'replayed': 1} and len(learner.queue) == 1
+        assert learner.reassembler.pending <= 1
+    _send(learner, frame, Kind.BATCH, 'w0', 6)  # the same frame as a newer message: refused by its numbering
+    assert learner.reassembler.refused == {'replayed': len(chunks) + 1} and len(learner.queue) == 1
+    assert 'not newer than message 5' in lines[0] and 'last accepted' in lines[-1]
 
 
 def test_nodes_need_a_key(tmp_path):
@@ -135,7 +141,7 @@ def test_weights_for_a_foreign_env_are_refused_and_import_nothing(tmp_path, monk
     worker = RolloutWorker('w0', 'cartpole', KEY, 2, seed=1, log=lines.append)
     for message_id, env in enumerate(('calf_probe_env:make', 'os:abort'), 1):
         frame = Sealer(KEY, 'learner').encode(_weights({**ENV_CONFIG, 'env': env}))
-        assert not any(worker.receive(c, 0.0) for c in split(frame, Kind.WEIGHTS, 'learner', message_id))
+        assert not any(worker.receive(c, 0.0) for c in split(frame, Kind.WEIGHTS, 'learner', message_id, KEY))
     assert worker.reassembler.refused == {'foreign_env': 2} and not worker.ready and worker.envs is None
     assert not marker.exists() and len(lines) == 2 and "this worker runs 'cartpole'" in lines[0]
 
@@ -262,21 +268,21 @@ def test_a_hello_of_a_worker_in_step_with_the_run_sends_nothing(tmp_path):
 
 def test_many_senders_of_never_completed_messages_stay_within_the_byte_budget():
     lines: list[str] = []
-    joiner = Reassembler(log=lines.append)
-    for i in range(300):  # the first 16 KiB of a 64 MiB message, from each of 300 senders
-        joiner.add(Chunk(int(Kind.BATCH), f's{i}', 1, 0, 4096, MAX_BYTES, b'x' * 16384), 0.0)
-    assert joiner.reserved <= BUDGET_BYTES and len(joiner._pending) == BUDGET_BYTES // MAX_BYTES
+    joiner = Reassembler(KEY, log=lines.append)
+    for i in range(300):  # the first 16 KiB of a 64 MiB message, from each of 300 key holders
+        joiner.add(tagged(KEY, Kind.BATCH, f's{i}', 1, 0, 4096, MAX_BYTES, b'x' * 16384), 0.0)
+    assert joiner.reserved <= BUDGET_BYTES and joiner.pending == BUDGET_BYTES // MAX_BYTES
     assert joiner.refused == {'budget': 300 - BUDGET_BYTES // MAX_BYTES} and len(lines) == joiner.refused['budget']
     for i in range(2 * MAX_PENDING):  # many small ones: the count of messages in progress is bounded too
-        joiner.add(Chunk(int(Kind.BATCH), f't{i}', 1, 0, 2, 2, b'x'), 0.0)
-    assert len(joiner._pending) <= MAX_PENDING
-    joiner.add(Chunk(int(Kind.BATCH), 'late', 1, 0, 1, 1, b'x'), 31.0)  # all time out: the budget is free again
-    assert joiner.reserved == 0 and not joiner._pending
+        joiner.add(tagged(KEY, Kind.BATCH, f't{i}', 1, 0, 2, 2, b'x'), 0.0)
+    assert joiner.pending <= MAX_PENDING
+    joiner.add(tagged(KEY, Kind.BATCH, 'late', 1, 0, 1, 1, b'x'), 31.0)  # all time out: the budget is free again
+    assert joiner.reserved == 0 and joiner.pending == 0
 
 
 def test_a_long_sender_name_is_refused_and_cut_in_the_log():
     lines: list[str] = []
-    joiner = Reassembler(log=lines.append)
+    joiner = Reassembler(KEY, log=lines.append)
     name = 'w' * 1_000_000 + '\n\x1b[31m'
     assert joiner.add(Chunk(int(Kind.HELLO), name, 1, 0, 1, 10, b'x' * 10), 0.0) is None
     assert joiner.refused == {'malformed': 1} and len(lines) == 1
@@ -285,7 +291,7 @@ def test_a_long_sender_name_is_refused_and_cut_in_the_log():
 
 
 def test_chunks_of_an_unknown_kind_are_refused():
-    joiner = Reassembler()
+    joiner = Reassembler(KEY)
     assert joiner.add(Chunk(9, 'w0', 1, 0, 1, 1, b'x'), 0.0) is None
     assert joiner.refused == {'malformed': 1}
 
@@ -312,8 +318,8 @@ def test_seeded_hostile_chunks_never_crash_the_learner_and_are_all_counted(tmp_p
             data += rng.bytes(int(rng.integers(1, 64)))
         else:
             data = bytearray(rng.bytes(len(data)))
-        for chunk in split(bytes(data), Kind.BATCH, 'w0', message_id, chunk_bytes=int(rng.integers(64, 8192))):
+        for chunk in split(bytes(data), Kind.BATCH, 'w0', message_id, KEY, chunk_bytes=int(rng.integers(64, 8192))):
             learner.receive(chunk._replace(total_bytes=chunk.total_bytes + int(rng.integers(0, 2)) * (how == 3)), 0.0)
     assert not learner.queue and sum(learner.reassembler.refused.values()) >= 400  # each message refused
-    assert set(learner.reassembler.refused) <= {'unauthenticated', 'truncated', 'incomplete', 'malformed'}
+    assert set(learner.reassembler.refused) <= {'unauthenticated', 'forged', 'truncated', 'incomplete', 'malformed'}
     assert learner.reassembler.refused['unauthenticated'] >= 300 and learner.updates == 0

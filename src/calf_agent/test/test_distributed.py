@@ -14,7 +14,6 @@ from calf_agent.dist.policy import mean_kl
 from calf_agent.dist.ppo import LagConfig, update_on_batch, vtrace
 from calf_agent.dist.sync import DEFAULT_APS_DELTA, SyncPolicy, WorkerSync, parse_sync
 from calf_agent.dist.wire import (
-    Chunk,
     Hello,
     Kind,
     Opener,
@@ -25,6 +24,7 @@ from calf_agent.dist.wire import (
     WeightsMessage,
     snapshot,
     split,
+    tagged,
 )
 from calf_agent.dist.worker import RolloutWorker
 from calf_agent.policies import MlpAgent
@@ -96,9 +96,9 @@ def test_oversized_frame_is_refused_before_parsing():
 
 def test_chunks_reassemble_in_any_order_and_duplicates_are_harmless():
     frame = Sealer(KEY, 'learner').encode(_weights())
-    chunks = split(frame, Kind.WEIGHTS, 'learner', 1, chunk_bytes=4096)
-    assert len(chunks) > 3 and max(len(c.data) for c in chunks) <= 4096
-    joiner = Reassembler()
+    chunks = split(frame, Kind.WEIGHTS, 'learner', 1, KEY, chunk_bytes=4096)
+    assert len(chunks) > 3 and max(len(c.data) for c in chunks) == 4096 + 32  # a piece and its tag
+    joiner = Reassembler(KEY)
     results = [joiner.add(c, 0.0) for c in [*reversed(chunks[1:]), chunks[1], chunks[0]]]
     assert results[:-1] == [None] * (len(results) - 1) and results[-1] == frame
     assert not joiner.refused
@@ -106,19 +106,20 @@ def test_chunks_reassemble_in_any_order_and_duplicates_are_harmless():
 
 def test_reassembler_counts_and_logs_each_refusal_once():
     lines: list[str] = []
-    joiner = Reassembler(max_bytes=10_000, timeout_s=5.0, log=lines.append)
-    first = split(b'x' * 3000, Kind.BATCH, 'w0', 1, 1000)
-    second = split(b'y' * 3000, Kind.BATCH, 'w0', 2, 1000)
+    joiner = Reassembler(KEY, max_bytes=10_000, timeout_s=5.0, log=lines.append)
+    first, second, third = (split(b'x' * 3000, Kind.BATCH, 'w0', i, KEY, 1000) for i in (1, 2, 3))
     joiner.add(first[0], 0.0)
-    assert joiner.add(second[0], 0.1) is None  # message 1 lost its tail: counted incomplete
-    assert joiner.add(Chunk(0, 'w1', 1, 0, 1, 10**9, b'z'), 0.2) is None  # announces too much
-    assert joiner.add(Chunk(0, 'w0', 2, 1, 5, 3000, b'y' * 1000), 0.3) is None  # contradicts its message
-    joiner.add(split(b'q' * 2000, Kind.BATCH, 'w2', 1, 1000)[0], 0.3)
-    joiner.add(second[0], 10.0)  # w2's half message times out
-    assert joiner.refused == {'incomplete': 2, 'malformed': 2}
-    assert len(lines) == 4 and all('\n' not in line for line in lines)
-    assert joiner.add(Chunk(0, 'w3', 1, 0, 2, 5, b'abc'), 11.0) is None
-    assert joiner.add(Chunk(0, 'w3', 1, 1, 2, 5, b'd'), 11.0) is None  # 4 of 5 bytes: truncated
+    assert joiner.add(second[0], 0.1) is None and not joiner.refused  # two of w0's messages in progress
+    assert joiner.add(third[0], 0.1) is None  # a third: message 1, the oldest, is dropped as incomplete
+    assert joiner.add(tagged(KEY, 0, 'w1', 1, 0, 1, 10**9, b'z'), 0.2) is None  # announces too much
+    assert joiner.add(tagged(KEY, 0, 'w0', 2, 1, 5, 3000, b'y' * 1000), 0.3) is None  # contradicts its message
+    joiner.add(split(b'q' * 2000, Kind.BATCH, 'w2', 1, KEY, 1000)[0], 0.3)
+    assert joiner.pending == 3
+    joiner.add(second[1], 10.0)  # every message in progress times out, and so does the one this chunk starts
+    assert joiner.refused == {'incomplete': 4, 'malformed': 2} and joiner.pending == 1
+    assert len(lines) == 6 and all('\n' not in line for line in lines)
+    assert joiner.add(tagged(KEY, 0, 'w3', 1, 0, 2, 5, b'abc'), 11.0) is None
+    assert joiner.add(tagged(KEY, 0, 'w3', 1, 1, 2, 5, b'd'), 11.0) is None  # 4 of 5 bytes: truncated
     assert joiner.refused['truncated'] == 1
 
 
@@ -293,8 +294,8 @@ def test_corrupt_batch_is_refused_counted_and_the_learner_carries_on(tmp_path):
     bad = chunks[-1]._replace(data=bytes(data))
     for chunk in [*chunks[:-1], bad]:
         learner.receive(chunk, 0.0)
-    assert learner.reassembler.refused == {'unauthenticated': 1} and not learner.queue
-    assert len(lines) == 1 and 'no valid tag' in lines[0]
+    assert learner.reassembler.refused == {'forged': 1} and not learner.queue
+    assert len(lines) == 1 and 'tag does not check' in lines[0]
     _exchange(learner, [worker], rounds=1)
     assert learner.updates == 2
 

@@ -56,7 +56,6 @@ from calf_agent.dist.wire import (
     Chunk,
     Control,
     Hello,
-    Kind,
     Opener,
     Reassembler,
     Refused,
@@ -67,7 +66,6 @@ from calf_agent.dist.wire import (
     encode,
     shown,
     snapshot,
-    split,
 )
 from calf_agent.dist.worker import make_worker_envs
 from calf_agent.evaluate import evaluate_sim
@@ -158,7 +156,7 @@ class Learner:
                                           foreach=True)
         if cfg.resume:
             self._resume()
-        self.reassembler = Reassembler(log=warn or log)
+        self.reassembler = Reassembler(cfg.key, log=warn or log)
         self.opener, self.sealer = Opener(cfg.key), Sealer(cfg.key, LEARNER)
         self.control_sealer = Sealer(cfg.key, CONTROL)
         self.last_batch: TrajectoryBatch | None = None
@@ -175,7 +173,6 @@ class Learner:
         self.returns: list[float] = []
         self.evals: list[dict[str, float]] = []
         self.solved = False
-        self._message_id = 0
         self._next_eval = self.env_steps + cfg.eval_every
         self._start = clock()
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -361,10 +358,8 @@ class Learner:
                 sync.paused = pause
                 sync.paced = sync.paced or pause
                 self.controls += 1
-                frame = self.control_sealer.encode(Control(worker_id, self.run, pause))
-                self._message_id += 1
-                out += [Outgoing(worker_id, chunk)
-                        for chunk in split(frame, Kind.CONTROL, CONTROL, self._message_id, self.cfg.chunk_bytes)]
+                out += [Outgoing(worker_id, chunk) for chunk in
+                        self.control_sealer.chunks(Control(worker_id, self.run, pause), self.cfg.chunk_bytes)]
         return out
 
     def _update(self, batch: TrajectoryBatch) -> None:
@@ -431,8 +426,7 @@ class Learner:
         held = message.state if message.base_version < 0 else result
         self.deltas += message.base_version >= 0
         self.snapshots += message.base_version < 0
-        self._message_id += 1
-        chunks = split(self.sealer.encode(message), Kind.WEIGHTS, LEARNER, self._message_id, self.cfg.chunk_bytes)
+        chunks = self.sealer.chunks(message, self.cfg.chunk_bytes)
         self.sent.sent(chunks)
         self.snapshot_bytes += (self._snapshot_frame_bytes(worker_id) if message.base_version >= 0
                                 else sum(len(c.data) for c in chunks))

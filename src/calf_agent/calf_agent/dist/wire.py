@@ -9,10 +9,18 @@ is parsed), then that the frame came from the sender whose chunks carried it and
 last one it accepted from that sender (a replayed frame is refused), then decodes it, refusing
 tensors of the wrong names, shapes or types. A weights frame's payload (a snapshot or a delta,
 ``delta``) is zstd-compressed and never expands past ``max_bytes``; a control frame tells a
-worker to pause or go on (flow control). ``split`` cuts a frame into chunks of at most
-``chunk_bytes``; ``Reassembler`` joins them within a byte budget across all senders and refuses (one
-log line, one counter per reason) chunks that are malformed, over budget or would exceed
-``max_bytes``, and messages left incomplete.
+worker to pause or go on (flow control).
+
+``split`` cuts a frame into chunks of at most ``chunk_bytes`` of its bytes, each followed by its own
+tag: an HMAC-SHA256 under the key of the chunk's kind, sender, message id, index, count, total size
+and piece (``tagged``). A sealed frame's chunks carry message id ``epoch + seq``, which grows across
+restarts of the sender. ``Reassembler`` checks each chunk's tag before the chunk touches any state,
+so that without the key no chunk can replace, corrupt or crowd out a message in progress; it joins
+them per sender, kind and message id within a byte budget across all senders and refuses (one log
+line, one counter per reason) chunks that are malformed, forged, replayed or over budget, and
+messages left incomplete. The frame's own tag still binds the joined chunks to one sealed frame
+(chunks of two frames that share a message id, after a sender's clock went back, do not join into a
+frame) and lets ``Opener`` check any frame on its own.
 """
 from __future__ import annotations
 
@@ -36,8 +44,12 @@ from calf_agent.dist.delta import checksum
 from calf_core.errors import MessageError
 
 MAGIC = b'CALF'
-FORMAT = 2
+FORMAT = 3
+"""The wire format's version, in every frame and every chunk tag (3: chunks carry tags)."""
 _PREFIX = struct.Struct('<4sBBQQHIQ')
+_CHUNK_MAGIC = b'CALF chunk'  # its 5th byte is no format: no chunk tag's input is a frame's
+_CHUNK_HEAD = struct.Struct('<10sBBQIIQH')
+_KIND_AT = 5  # the kind's offset in a frame
 _TAG = 32
 MAX_BYTES = 64 * 1024 * 1024
 """Largest frame a receiver accepts by default (64 MiB)."""
@@ -51,6 +63,11 @@ ZSTD_LEVEL = 19
 """Compression level of weights payloads."""
 CHUNK_BYTES = 16 * 1024
 """Default chunk size: small enough that one lost datagram costs little on a lossy link."""
+IN_FLIGHT = 2
+"""Messages in progress a receiver keeps per sender and kind: a newer one does not drop an older one
+still arriving."""
+MAX_SENDERS = 1024
+"""Senders a receiver remembers the newest frame and message of (the longest silent is forgotten)."""
 
 
 def shown(text: str, limit: int = MAX_SENDER) -> str:
@@ -212,6 +229,11 @@ class Sealer:
         self.seq += 1
         return encode(message, self._key, self.sender, self.epoch, self.seq)
 
+    def chunks(self, message: Message, chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
+        """The next frame of this sender, holding ``message``, as tagged chunks with message id ``epoch + seq``."""
+        frame = self.encode(message)
+        return split(frame, Kind(frame[_KIND_AT]), self.sender, self.epoch + self.seq, self._key, chunk_bytes)
+
 
 class Opener:
     """Checks and decodes frames under the key; remembers the newest ``(epoch, seq)`` of each sender.
@@ -220,7 +242,7 @@ class Opener:
     key can add one.
     """
 
-    def __init__(self, key: bytes, max_senders: int = 1024, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, key: bytes, max_senders: int = MAX_SENDERS, max_bytes: int = MAX_BYTES) -> None:
         self._key, self.max_senders, self.max_bytes = key, max_senders, max_bytes
         self._newest: OrderedDict[str, tuple[int, int]] = OrderedDict()
 
@@ -329,7 +351,11 @@ def _check_batch_shapes(b: TrajectoryBatch) -> None:
 
 
 class Chunk(NamedTuple):
-    """One piece of a frame, as carried by ``calf_msgs/ByteChunk``."""
+    """One piece of a frame, as carried by ``calf_msgs/ByteChunk``.
+
+    ``data`` is the piece (at most ``chunk_bytes`` of the frame) followed by the chunk's tag: an
+    HMAC-SHA256 under the run's key of every other field and the piece (``tagged``).
+    """
 
     kind: int
     sender: str
@@ -340,12 +366,28 @@ class Chunk(NamedTuple):
     data: bytes
 
 
-def split(frame: bytes, kind: Kind, sender: str, message_id: int, chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
-    """``frame`` as chunks of at most ``chunk_bytes`` bytes."""
+def _chunk_tag(key: bytes, kind: int, sender: str, message_id: int, index: int, count: int, total_bytes: int,
+               piece: bytes) -> bytes:
+    name = sender.encode('utf-8', 'surrogatepass')
+    head = _CHUNK_HEAD.pack(_CHUNK_MAGIC, FORMAT, kind, message_id, index, count, total_bytes, len(name))
+    return hmac.digest(key, head + name + piece, 'sha256')
+
+
+def tagged(key: bytes, kind: int, sender: str, message_id: int, index: int, count: int, total_bytes: int,
+           piece: bytes) -> Chunk:
+    """The chunk carrying ``piece``, tagged under ``key``."""
+    tag = _chunk_tag(key, kind, sender, message_id, index, count, total_bytes, piece)
+    return Chunk(kind, sender, message_id, index, count, total_bytes, piece + tag)
+
+
+def split(frame: bytes, kind: Kind, sender: str, message_id: int, key: bytes,
+          chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
+    """``frame`` as chunks of at most ``chunk_bytes`` of its bytes each (plus a tag), tagged under ``key``."""
     if chunk_bytes < 1:
         raise ValueError(f'chunk_bytes must be >= 1, got {chunk_bytes}')
     pieces = [frame[i:i + chunk_bytes] for i in range(0, len(frame), chunk_bytes)] or [b'']
-    return [Chunk(int(kind), sender, message_id, i, len(pieces), len(frame), piece) for i, piece in enumerate(pieces)]
+    return [tagged(key, int(kind), sender, message_id, i, len(pieces), len(frame), piece)
+            for i, piece in enumerate(pieces)]
 
 
 @dataclass
@@ -358,24 +400,34 @@ class _Pending:
 
 
 class Reassembler:
-    """Joins chunks into frames, per sender; keeps at most one message in progress per sender and kind.
+    """Joins chunks into frames; checks each chunk's tag under ``key`` before it touches any state.
 
-    A chunk that contradicts its message, names no known kind, carries a sender name longer than
-    ``MAX_SENDER``, or announces more than ``max_bytes`` is refused (``malformed``). Each message in
-    progress reserves the bytes it announces; one that would take the reserved total over
-    ``budget_bytes``, or the messages in progress over ``max_pending``, is refused (``budget``). A
-    message still incomplete when a newer one from its sender starts, or after ``timeout_s``, is
-    dropped as ``incomplete``. Each refusal calls ``log`` once and counts in ``refused[reason]``.
+    A chunk that names no known kind, a sender longer than ``MAX_SENDER``, more than ``max_bytes`` or
+    an index outside its count is refused (``malformed``); one whose tag does not check under the key
+    (another key, damaged, forged) is refused (``forged``). Either changes nothing. Messages in
+    progress are kept per sender, kind and message id, at most ``in_flight`` per sender and kind (the
+    newest); a chunk of a message not newer than the last completed of its sender and kind is refused
+    (``replayed``: a replay, or a link's duplicate). Each message in progress reserves the bytes it
+    announces; a new message that would take the reserved total over ``budget_bytes``, the messages
+    in progress over ``max_pending`` or its sender's and kind's over ``in_flight`` first displaces older
+    messages of its own sender and kind (dropped as ``incomplete``), and is refused if that is not
+    enough (``budget``, or ``stale`` when newer messages of its sender hold the places). A message still
+    incomplete after ``timeout_s`` is dropped as ``incomplete``. A chunk that contradicts its message's
+    other chunks is refused (``malformed``) and the message keeps what it has. Each refusal calls ``log``
+    once and counts in ``refused[reason]``.
     """
 
-    def __init__(self, max_bytes: int = MAX_BYTES, timeout_s: float = 30.0,
+    def __init__(self, key: bytes, max_bytes: int = MAX_BYTES, timeout_s: float = 30.0,
                  log: Callable[[str], None] = lambda line: None, budget_bytes: int = BUDGET_BYTES,
-                 max_pending: int = MAX_PENDING) -> None:
-        self.max_bytes, self.timeout_s, self.log = max_bytes, timeout_s, log
-        self.budget_bytes, self.max_pending = budget_bytes, max_pending
+                 max_pending: int = MAX_PENDING, in_flight: int = IN_FLIGHT, max_senders: int = MAX_SENDERS) -> None:
+        self._key, self.max_bytes, self.timeout_s, self.log = key, max_bytes, timeout_s, log
+        self.budget_bytes, self.max_pending, self.in_flight = budget_bytes, max_pending, in_flight
+        self.max_senders = max_senders
         self.refused: Counter[str] = Counter()
         self.reserved = 0  # bytes announced by the messages in progress
-        self._pending: dict[tuple[str, int], tuple[int, _Pending]] = {}
+        self.pending = 0  # messages in progress
+        self._streams: dict[tuple[str, int], dict[int, _Pending]] = {}  # (sender, kind) -> message id -> parts
+        self._completed: OrderedDict[tuple[str, int], int] = OrderedDict()  # newest message id completed
 
     def refuse(self, reason: str, detail: str) -> None:
         """Count one refusal and log it on one line (also used for frames that fail to decode)."""
@@ -385,67 +437,106 @@ class Reassembler:
     def add(self, chunk: Chunk, now_s: float) -> bytes | None:
         """The whole frame once ``chunk`` completes it, else None."""
         self._expire(now_s)
-        sender = shown(chunk.sender)
-        what = f'chunk {chunk.index}/{chunk.count} of message {chunk.message_id} from {sender}'
+        what = f'chunk {chunk.index}/{chunk.count} of message {chunk.message_id} from {shown(chunk.sender)}'
         problem = self._malformed(chunk)
         if problem:
             self.refuse('malformed', f'{what}: {problem}')
             return None
-        key = (chunk.sender, chunk.kind)
-        message_id, pending = self._pending.get(key, (None, None))
-        if message_id != chunk.message_id:
-            if pending is not None:
-                if chunk.message_id < message_id:
-                    self.refuse('stale', f'{what}: message {message_id} is newer')
-                    return None
-                self._drop(key)
-                self.refuse('incomplete', f'message {message_id} from {sender}: '
-                                          f'{len(pending.parts)} of {pending.count} chunks arrived')
-            if self.reserved + chunk.total_bytes > self.budget_bytes or len(self._pending) >= self.max_pending:
-                self.refuse('budget', f'{what}: {len(self._pending)} messages of {self.reserved} bytes in progress '
-                                      f'(limits {self.max_pending} and {self.budget_bytes} bytes)')
-                return None
-            pending = _Pending(chunk.count, chunk.total_bytes, now_s)
-            self._pending[key] = (chunk.message_id, pending)
-            self.reserved += chunk.total_bytes
-        if (chunk.count, chunk.total_bytes) != (pending.count, pending.total_bytes) \
-                or pending.size + len(chunk.data) > pending.total_bytes:
-            self.refuse('malformed', f'{what}: disagrees with its message\'s other chunks')
-            self._drop(key)
+        piece = chunk.data[:-_TAG]
+        if not hmac.compare_digest(chunk.data[-_TAG:], _chunk_tag(
+                self._key, chunk.kind, chunk.sender, chunk.message_id, chunk.index, chunk.count, chunk.total_bytes,
+                piece)):
+            self.refuse('forged', f'{what}: its tag does not check under this run\'s key (another run\'s key, '
+                                  'damaged, or forged)')
             return None
-        if chunk.index not in pending.parts:
-            pending.parts[chunk.index] = chunk.data
-            pending.size += len(chunk.data)
+        stream = (chunk.sender, chunk.kind)
+        pending = self._streams.get(stream, {}).get(chunk.message_id) or self._start(chunk, stream, now_s, what)
+        if pending is None:
+            return None
+        if (chunk.count, chunk.total_bytes) != (pending.count, pending.total_bytes) or (
+                chunk.index not in pending.parts and pending.size + len(piece) > pending.total_bytes):
+            self.refuse('malformed', f'{what}: disagrees with its message\'s other chunks')
+            return None
+        if chunk.index in pending.parts:
+            return None  # a duplicate
+        pending.parts[chunk.index] = piece
+        pending.size += len(piece)
         if len(pending.parts) < pending.count:
             return None
-        self._drop(key)
+        self._drop(stream, chunk.message_id)
+        self._completed[stream] = max(chunk.message_id, self._completed.get(stream, -1))
+        self._completed.move_to_end(stream)
+        while len(self._completed) > self.max_senders:
+            self._completed.popitem(last=False)
         if pending.size != pending.total_bytes:
-            self.refuse('truncated', f'message {chunk.message_id} from {sender}: '
+            self.refuse('truncated', f'message {chunk.message_id} from {shown(chunk.sender)}: '
                                      f'{pending.size} of {pending.total_bytes} bytes')
             return None
         return b''.join(pending.parts[i] for i in range(pending.count))
+
+    def _start(self, chunk: Chunk, stream: tuple[str, int], now_s: float, what: str) -> _Pending | None:
+        """A new message in progress for ``chunk``, after displacing older ones of its stream if need be; or None."""
+        completed = self._completed.get(stream)
+        if completed is not None and chunk.message_id <= completed:
+            self.refuse('replayed', f'{what}: not newer than message {completed}, the last completed from this '
+                                    'sender')
+            return None
+        messages = self._streams.get(stream, {})
+        older = sorted(i for i in messages if i < chunk.message_id)
+        for drop in range(len(older) + 1):
+            freed = sum(messages[i].total_bytes for i in older[:drop])
+            if len(messages) - drop < self.in_flight and self.pending - drop < self.max_pending \
+                    and self.reserved - freed + chunk.total_bytes <= self.budget_bytes:
+                break
+        else:
+            if len(messages) - len(older) >= self.in_flight:
+                self.refuse('stale', f'{what}: messages {sorted(messages)} of this sender are newer')
+            else:
+                self.refuse('budget', f'{what}: {self.pending} messages of {self.reserved} bytes in progress '
+                                      f'(limits {self.max_pending} and {self.budget_bytes} bytes)')
+            return None
+        for message_id in older[:drop]:
+            old = self._drop(stream, message_id)
+            self.refuse('incomplete', f'message {message_id} from {shown(stream[0])}: {len(old.parts)} of '
+                                      f'{old.count} chunks arrived before newer message {chunk.message_id}')
+        pending = self._streams.setdefault(stream, {})[chunk.message_id] = _Pending(chunk.count, chunk.total_bytes,
+                                                                                    now_s)
+        self.pending += 1
+        self.reserved += chunk.total_bytes
+        return pending
 
     def _malformed(self, chunk: Chunk) -> str | None:
         """What makes ``chunk`` unacceptable on its own, or None."""
         if not 0 < chunk.total_bytes <= self.max_bytes:
             return f'{chunk.total_bytes} bytes announced (limit {self.max_bytes})'
-        if chunk.count < 1 or not 0 <= chunk.index < chunk.count:
-            return 'its index is outside its count'
+        if not 0 <= chunk.index < chunk.count <= chunk.total_bytes:
+            return f'its index is outside its count, or the count exceeds its {chunk.total_bytes} bytes'
+        if not 0 <= chunk.message_id < 1 << 64:
+            return 'its message id is no 64-bit unsigned number'
         if chunk.kind not in set(Kind):
             return f'unknown kind {chunk.kind}'
         if len(chunk.sender) > MAX_SENDER:
             return f'a sender name of {len(chunk.sender)} characters (limit {MAX_SENDER})'
+        if len(chunk.data) < _TAG:
+            return f'{len(chunk.data)} bytes of data, less than its {_TAG}-byte tag'
         return None
 
-    def _drop(self, key: tuple[str, int]) -> None:
-        self.reserved -= self._pending.pop(key)[1].total_bytes
+    def _drop(self, stream: tuple[str, int], message_id: int) -> _Pending:
+        messages = self._streams[stream]
+        pending = messages.pop(message_id)
+        if not messages:
+            del self._streams[stream]
+        self.pending -= 1
+        self.reserved -= pending.total_bytes
+        return pending
 
     def _expire(self, now_s: float) -> None:
-        for key, (message_id, pending) in list(self._pending.items()):
-            if now_s - pending.started_s > self.timeout_s:
-                self._drop(key)
-                self.refuse('incomplete', f'message {message_id} from {shown(key[0])}: {len(pending.parts)} of '
-                                          f'{pending.count} chunks after {self.timeout_s:g} s')
+        for stream, messages in list(self._streams.items()):
+            for message_id, pending in list(messages.items()):
+                if now_s - pending.started_s > self.timeout_s:
+                    self._drop(stream, message_id)
+                    self.refuse('incomplete', f'message {message_id} from {shown(stream[0])}: {len(pending.parts)} '
+                                              f'of {pending.count} chunks after {self.timeout_s:g} s')
 
 
 @dataclass

@@ -43,7 +43,6 @@ from calf_agent.dist.wire import (
     TrajectoryBatch,
     WeightsMessage,
     shown,
-    split,
 )
 from calf_agent.errors import CheckpointError
 from calf_agent.gaussian import GaussianAgent
@@ -85,10 +84,9 @@ class RolloutWorker:
         self.worker_id, self.env, self.network = worker_id, env, network
         self.num_envs, self.seed, self.chunk_bytes = num_envs, seed, chunk_bytes
         self.ppo_settings = train_defaults(env, 'ppo')  # reward scaling and discount, as calf train's
-        self.reassembler = Reassembler(log=log)
+        self.reassembler = Reassembler(key, log=log)
         self.sealer, self.opener = Sealer(key, worker_id), Opener(key)
         self.sent, self.received = {k: Traffic() for k in (Kind.BATCH, Kind.HELLO)}, Traffic()
-        self._message_id = 0
         self.agent: PpoAgent | None = None
         self.version = -1
         self.learner_run = 0
@@ -141,18 +139,17 @@ class RolloutWorker:
     def hello(self) -> list[Chunk]:
         """The chunks announcing this worker and the learner run and version it follows (-1: send a snapshot)."""
         version = -1 if self.needs_snapshot else self.version
-        return self._outgoing(Kind.HELLO, self.sealer.encode(Hello(self.worker_id, self.learner_run, version)))
+        return self._outgoing(Kind.HELLO, Hello(self.worker_id, self.learner_run, version))
 
     def next_batch(self, num_steps: int, now_s: float = 0.0) -> list[Chunk]:
         """Collect one batch and return it as chunks to publish; a paced worker pauses after it (at ``now_s``)."""
-        chunks = self._outgoing(Kind.BATCH, self.sealer.encode(self.collect(num_steps)))
+        chunks = self._outgoing(Kind.BATCH, self.collect(num_steps))
         if self.paced:
             self.paused_at_s = now_s
         return chunks
 
-    def _outgoing(self, kind: Kind, frame: bytes) -> list[Chunk]:
-        self._message_id += 1
-        chunks = split(frame, kind, self.worker_id, self._message_id, self.chunk_bytes)
+    def _outgoing(self, kind: Kind, message: Hello | TrajectoryBatch) -> list[Chunk]:
+        chunks = self.sealer.chunks(message, self.chunk_bytes)
         self.sent[kind].sent(chunks)
         return chunks
 
