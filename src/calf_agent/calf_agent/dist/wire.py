@@ -402,11 +402,11 @@ class _Pending:
 class Reassembler:
     """Joins chunks into frames; checks each chunk's tag under ``key`` before it touches any state.
 
-    A chunk that names no known kind, a sender longer than ``MAX_SENDER``, more than ``max_bytes`` or
-    an index outside its count is refused (``malformed``); one whose tag does not check under the key
-    (another key, damaged, forged) is refused (``forged``). Either changes nothing. Messages in
-    progress are kept per sender, kind and message id, at most ``in_flight`` per sender and kind (the
-    newest); a chunk of a message not newer than the last completed of its sender and kind is refused
+    A chunk that names no known kind, a sender longer than ``MAX_SENDER``, more than ``max_bytes``, an
+    index outside its count or more bytes than its message is refused (``malformed``); one whose tag
+    does not check under the key (another key, damaged, forged) is refused (``forged``). Either changes
+    nothing. Messages in progress are kept per sender, kind and message id, at most ``in_flight`` per
+    sender and kind (the newest); a chunk of a message not newer than the last completed of its sender and kind is refused
     (``replayed``: a replay, or a link's duplicate). Each message in progress reserves the bytes it
     announces; a new message that would take the reserved total over ``budget_bytes``, the messages
     in progress over ``max_pending`` or its sender's and kind's over ``in_flight`` first displaces older
@@ -517,8 +517,8 @@ class Reassembler:
             return f'unknown kind {chunk.kind}'
         if len(chunk.sender) > MAX_SENDER:
             return f'a sender name of {len(chunk.sender)} characters (limit {MAX_SENDER})'
-        if len(chunk.data) < _TAG:
-            return f'{len(chunk.data)} bytes of data, less than its {_TAG}-byte tag'
+        if not _TAG <= len(chunk.data) <= chunk.total_bytes + _TAG:
+            return f'{len(chunk.data)} bytes of data: less than its {_TAG}-byte tag, or more than its message'
         return None
 
     def _drop(self, stream: tuple[str, int], message_id: int) -> _Pending:
