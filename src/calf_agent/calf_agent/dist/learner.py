@@ -8,16 +8,23 @@ if its worker was admitted and it fits the run: its steps, observation width, ac
 and finite values within ``MAX_ABS_VALUE``. Every refusal is one log line and one counter per reason.
 
 The policy is the one ``calf train`` would train on the task (``TrainConfig``: MLP, LSTM or Gaussian,
-single actions or plans). Each ``step`` runs one PPO update, lag-corrected by V-trace (``ppo``), on the oldest waiting
-batch, then asks the sync policy which workers get the new weights: a delta of the changed tensors in
+single actions or plans). Each ``step`` runs one PPO update, lag-corrected by V-trace (``ppo``), then asks the
+sync policy which workers get the new weights: a delta of the changed tensors in
 reduced precision against the state the worker holds (int8: a finer one if the coarse one strays), or a
 snapshot when that state is unknown or the reduced policy strays from the full one by more than
 ``kl_bound`` on the last batch (``delta``).
+With ``rounds`` (the learner node's default) an update trains on one batch of every live worker at once (a round: it
+starts when each worker heard from in the last ``live_s`` has a batch waiting, or ``round_wait_s`` after
+the round's first batch arrived), and with flow control every worker is paced from its admission: it
+pauses itself after each batch and is told to go on after the update that took it, so that it collects
+its next batch with the new weights (sent first). A round's batches are then all of the learner's
+version, on-policy as single-process PPO's rollout: a worker that went on collecting while the learner
+trained would hand it batches one update or more old, which cost an InvertedPendulum-v5 run 3x the
+samples even with one worker. Without ``rounds`` each ``step`` trains on the oldest waiting batch.
 At most one batch per worker waits: a newer one replaces it (``batches_superseded``, the wasted
-fraction), so that a learner slower than its workers trains on fresh data; a worker whose batch was
-superseded is told to pause while a batch of it waits (``Control``), and one more batch of it, already
-in flight, may wait too; from then on it is paced: it pauses itself after each batch, and is told to go
-on once no batch of it waits. After every update it writes what ``resume`` continues from (``STATE``:
+fraction), so that a learner slower than its workers trains on fresh data; without rounds, a worker whose batch was superseded is told to pause while a batch of it waits (``Control``), and
+one more batch of it, already in flight, may wait too; from then on it is paced. After every update it
+writes what ``resume`` continues from (``STATE``:
 the policy, the optimiser's state, the version and env steps), so that a learner killed mid-run loses
 no update, only the batches in flight. After its first update, every ``eval_every`` env steps and at
 the end it writes the checkpoint (``calf eval`` reads it unchanged); at each evaluation it also
@@ -49,7 +56,7 @@ from calf_agent.checkpoint import load_checkpoint, save_checkpoint
 from calf_agent.dist.delta import DEFAULT_PRECISION, KL_BOUND, PRECISIONS, checksum, delta_levels, make_delta
 from calf_agent.dist.key import KEY_BYTES
 from calf_agent.dist.policy import PpoAgent, action_shape, batch_params, mean_kl, param_size, state_size
-from calf_agent.dist.ppo import LagConfig, update_on_batch
+from calf_agent.dist.ppo import LagConfig, merged, update_on_batch
 from calf_agent.dist.sync import SyncPolicy, WorkerSync
 from calf_agent.dist.wire import (
     CHUNK_BYTES,
@@ -126,6 +133,9 @@ class LearnerConfig:
     precision: str = DEFAULT_PRECISION  # of the tensors in deltas: fp16 or bf16
     kl_bound: float = KL_BOUND  # a delta whose reduced policy strays this far from the full one is a snapshot (0: always)
     flow_control: bool = True  # pause workers whose batches would be superseded
+    rounds: bool = False  # an update trains on one batch of every live worker (see the module doc; the nodes' default)
+    live_s: float = 6.0  # a worker not heard from (hello or batch) for this long is not waited for by a round
+    round_wait_s: float = 5.0  # a round goes ahead this long after its first batch without the missing ones
 
 
 class Learner:
@@ -173,6 +183,7 @@ class Learner:
         self.returns: list[float] = []
         self.evals: list[dict[str, float]] = []
         self.solved = False
+        self._round_start_s = 0.0  # when the first batch of the round waiting arrived
         self._next_eval = self.env_steps + cfg.eval_every
         self._start = clock()
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -277,6 +288,7 @@ class Learner:
             self.reassembler.refuse('bad_batch', f'batch {message.seq} of {shown(message.worker_id)}: {problem}')
             return
         sync = self.workers[message.worker_id]
+        sync.heard_s = now_s
         waiting = [b for b in self.queue if b.worker_id == message.worker_id]
         if len(waiting) >= (2 if sync.paused else 1):  # train on each worker's freshest batch
             self.queue.remove(waiting[0])
@@ -286,6 +298,8 @@ class Learner:
         if sync.paced:
             sync.paused = True  # a paced worker paused itself after this batch
         self.accepted_steps += message.env_steps
+        if not self.queue:
+            self._round_start_s = now_s
         if len(self.queue) >= self.cfg.backlog:
             dropped = self.queue.popleft()
             self.reassembler.refuse('backlog', f'batch {dropped.seq} of {dropped.worker_id!r}: the learner is behind')
@@ -299,12 +313,15 @@ class Learner:
                 self.reassembler.refuse('max_workers', f'hello of {shown(hello.worker_id)}: '
                                                        f'{self.cfg.max_workers} workers already admitted')
                 return
-            sync = self.workers[hello.worker_id] = WorkerSync()
+            paced = self.cfg.rounds and self.cfg.flow_control  # told to go on with its first weights
+            sync = self.workers[hello.worker_id] = WorkerSync(pause_wanted=paced, paced=paced, paused=paced)
             self.log(f'worker {hello.worker_id!r} joined')
         elif (hello.learner_run == self.run and hello.version >= 0) or now_s - sync.hello_at_s < self.cfg.hello_resend_s:
             self.hellos_ignored += 1  # in step with this run, or weights were sent on a hello a moment ago
+            sync.heard_s = now_s
             return
-        sync.hello_at_s, sync.version, sync.held = now_s, -1, None  # a snapshot at the next step
+        sync.heard_s = sync.hello_at_s = now_s
+        sync.version, sync.held = -1, None  # a snapshot at the next step
 
     def _batch_problem(self, b: TrajectoryBatch) -> str | None:
         """What makes ``b`` unfit for this run's policy (its shapes and values), or None."""
@@ -339,14 +356,31 @@ class Learner:
         return None
 
     def step(self) -> list[Outgoing]:
-        """One update on the oldest waiting batch (if any), then the weights the sync policy sends and the
-        workers told to pause or go on."""
-        updated = bool(self.queue) and not self.done
+        """One update on the waiting batches of a round (without ``rounds``: the oldest waiting batch), if any,
+        then the weights the sync policy sends and the workers told to pause or go on."""
+        batches = self._next_batches() if not self.done else []
+        updated = bool(batches)
         if updated:
-            self._update(self.queue.popleft())
+            self._update(*batches)
         if self.env_steps >= self._next_eval or (self.done and self.updates and not self.evals):
             self._evaluate()
         return self._sends(only_new=not updated) + self._flow()
+
+    def _next_batches(self) -> list[TrajectoryBatch]:
+        """What the next update trains on: every waiting batch once the round is complete or has waited
+        ``round_wait_s`` (without ``rounds``: the oldest waiting batch); none yet otherwise."""
+        if not self.queue:
+            return []
+        if not self.cfg.rounds:
+            return [self.queue.popleft()]
+        now = self.clock()
+        waiting = {b.worker_id for b in self.queue}
+        live = {w for w, sync in self.workers.items() if now - sync.heard_s <= self.cfg.live_s}
+        if live - waiting and now - self._round_start_s < self.cfg.round_wait_s:
+            return []
+        batches = list(self.queue)
+        self.queue.clear()
+        return batches
 
     def _flow(self) -> list[Outgoing]:
         """Pause each worker whose batches were superseded while a batch of it waits; let it go on once none does."""
@@ -362,15 +396,19 @@ class Learner:
                         self.control_sealer.chunks(Control(worker_id, self.run, pause), self.cfg.chunk_bytes)]
         return out
 
-    def _update(self, batch: TrajectoryBatch) -> None:
-        known = batch.learner_run == self.run
-        lag = self.version - batch.version if known else None
-        sync = self.workers.setdefault(batch.worker_id, WorkerSync())
-        if known:
-            sync.on_batch(batch)
-        else:
-            sync.version, sync.held = -1, None  # collected under another learner run: a snapshot at once
-        effective_lag = lag if lag is not None else self.cfg.sync.lag_cap + 1
+    def _update(self, *batches: TrajectoryBatch) -> None:
+        """One PPO update on ``batches`` taken together (``ppo.merged``)."""
+        lags: list[int] = []
+        for batch in batches:
+            sync = self.workers.setdefault(batch.worker_id, WorkerSync())
+            if batch.learner_run == self.run:
+                sync.on_batch(batch)
+                lags.append(self.version - batch.version)
+            else:
+                sync.version, sync.held = -1, None  # collected under another learner run: a snapshot at once
+            self.lags[lags[-1] if batch.learner_run == self.run else -1] += 1
+            self.returns += batch.episode_returns
+        batch = merged(list(batches))
         ppo = self.cfg.train.ppo
         lr = ppo.learning_rate * (max(0.0, 1 - self.env_steps / self.cfg.total_steps) if ppo.anneal_lr else 1.0)
         self.optimizer.param_groups[0]['lr'] = max(lr, 1e-6)
@@ -383,12 +421,11 @@ class Learner:
         if self.updates == 1:
             self.checkpoint()  # something --resume can start from before the first evaluation
         progress.report(self.env_steps, self.cfg.total_steps)  # calf train's bar (calf_core.progress.watching)
-        self.lags[effective_lag if lag is not None else -1] += 1
-        self.returns += batch.episode_returns
         window = self.returns[-20:]
         self._progress_log.writerow({
-            'update': self.updates, 'version': self.version, 'env_steps': self.env_steps, 'worker': batch.worker_id,
-            'lag': lag if lag is not None else '', 'rho_mean': round(stats['rho_mean'], 4), 'episodes': len(self.returns),
+            'update': self.updates, 'version': self.version, 'env_steps': self.env_steps,
+            'worker': '+'.join(b.worker_id for b in batches), 'lag': max(lags) if lags else '',
+            'rho_mean': round(stats['rho_mean'], 4), 'episodes': len(self.returns),
             'episodic_return': float(np.mean(window)) if window else math.nan,
             **{k: stats[k] for k in ('policy_loss', 'value_loss', 'approx_kl', 'clipfrac')},
             'learning_rate': lr, 'weights_sent': self.sent.messages, 'time_s': self.clock() - self._start})

@@ -56,7 +56,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'precision': (DEFAULT_PRECISION, f'precision of the tensors in weight deltas: {" or ".join(PRECISIONS)}'),
     'kl_bound': (KL_BOUND, 'largest mean KL between the full and the reduced policy a delta may cause; above it a '
                            'snapshot; 0: every weights message a full snapshot'),
-    'flow_control': (True, 'pause workers whose batches the learner would supersede'),
+    'flow_control': (True, 'pause workers whose batches the learner would supersede (with rounds: after each batch)'),
+    'rounds': (True, 'each update trains on one batch of every live worker, each worker waiting after its batch for '
+                     'the weights trained on it; false: one update per batch, workers collecting on'),
     'key_file': ('', f'file of the key shared with the workers (calf train --workers writes OUT/dist.key); '
                      f'empty: the key in {KEY_ENV}'),
     'max_workers': (MAX_WORKERS, 'workers admitted at most; hellos beyond are refused'),
@@ -96,7 +98,7 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
                          eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
                          stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'],
                          key=load_key(p['key_file']), max_workers=p['max_workers'], precision=p['precision'],
-                         flow_control=p['flow_control'], kl_bound=p['kl_bound'])
+                         flow_control=p['flow_control'], kl_bound=p['kl_bound'], rounds=p['rounds'])
 
 
 class LearnerNode(Node):

@@ -14,7 +14,7 @@ LSTM, the loss on executed plan elements only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -58,14 +58,26 @@ def vtrace(behaviour_logp: Tensor, target_logp: Tensor, rewards: Tensor, values:
     return values + corrections, advantages
 
 
+def merged(batches: list[TrajectoryBatch]) -> TrajectoryBatch:
+    """``batches`` (of equal steps) as one batch of all their envs, as a single process's rollout holds its envs;
+    the first one's ids and version, every episode return."""
+    if len(batches) == 1:
+        return batches[0]
+    first = batches[0]
+    per_env = {name: torch.cat([getattr(b, name) for b in batches], 1)
+               for name in ('obs', 'actions', 'logprobs', 'behaviour', 'rewards', 'dones', 'masks')}
+    per_env.update({name: torch.cat([getattr(b, name) for b in batches], 0)
+                    for name in ('next_obs', 'next_done', 'state_h', 'state_c')})
+    return replace(first, **per_env, episode_returns=[r for b in batches for r in b.episode_returns])
+
+
 def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: TrajectoryBatch,
                     ppo: PPOConfig, lag_cfg: LagConfig, rng: np.random.Generator) -> dict[str, float]:
     """PPO epochs on one batch of any PPO agent, lag-corrected by V-trace as the module doc says; mean loss
-    stats plus ``rho_mean`` (the mean truncated weight ρ: 1 on-policy). A Gaussian agent first folds the
-    batch's observations into its normaliser."""
+    stats plus ``rho_mean`` (the mean truncated weight ρ: 1 on-policy). A Gaussian agent trains on the batch
+    normalised with the statistics its weights carried when the update started (those a worker of this version
+    acted on, so that a batch without lag is on-policy) and folds the batch into them after the update."""
     steps, envs = batch.rewards.shape
-    if isinstance(agent, GaussianAgent):
-        agent.obs_norm.update(batch.obs.flatten(0, 1))
     x = normalised(agent, batch.obs.flatten(0, 1))
     recurrent = isinstance(agent, LstmAgent)
     start = (batch.state_h.unsqueeze(0), batch.state_c.unsqueeze(0)) if recurrent else None
@@ -106,6 +118,8 @@ def update_on_batch(agent: PpoAgent, optimizer: torch.optim.Optimizer, batch: Tr
             count += 1
         if ppo.target_kl is not None and stats['approx_kl'] > ppo.target_kl:
             break
+    if isinstance(agent, GaussianAgent):
+        agent.obs_norm.update(batch.obs.flatten(0, 1))
     means = {key: total / count for key, total in totals.items()}
     means['rho_mean'] = float(rho.mean())
     return means

@@ -73,6 +73,7 @@ class WorkerSync:
     pause_wanted: bool = False  # a batch of it was superseded: it pauses while one waits
     paced: bool = False  # told to pause once: it pauses itself after each batch
     paused: bool = False  # told to pause, or paused itself after a batch
+    heard_s: float = -math.inf  # when its last hello or batch arrived (a round waits only for live workers)
 
     def on_batch(self, batch: TrajectoryBatch) -> None:
         """A batch collected with ``batch.version`` arrived: its logged distribution is the new reference."""

@@ -11,8 +11,9 @@ refused (``stale_base``, ``checksum``) and the next hello asks for a snapshot. `
 bootstrapping of truncated episodes as the task's PPO settings say, executed plan elements tracked)
 and returns them as a ``TrajectoryBatch`` logging the behaviour distribution, for the learner's lag
 correction and drift measurement. While the learner says pause, ``may_collect`` is false (for at most
-``pause_timeout_s``, in case the learner is gone); once paused, the worker is paced: after each batch it
-pauses itself until the learner lets it go on (the learner knows, and does so once that batch is taken).
+``pause_timeout_s``, in case the learner is gone); once the learner sent it any control (a learner with flow
+control does with the first weights), the worker is paced: after each batch it pauses itself until the
+learner lets it go on (the learner knows, and does so after the update that took that batch).
 """
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ class RolloutWorker:
         self.learner_run = 0
         self.needs_snapshot = False  # a delta could not be applied: the next hello asks for a snapshot
         self.paused_at_s: float | None = None  # when the learner said pause (None: not paused)
-        self.paced = False  # told to pause once: pauses itself after each batch
+        self.paced = False  # sent a control once: pauses itself after each batch
         self.pause_timeout_s = pause_timeout_s
         self.env_config: dict[str, Any] | None = None
         self.envs: gym.vector.VectorEnv | None = None
@@ -127,9 +128,9 @@ class RolloutWorker:
                 raise Refused('corrupt', f'a {type(message).__name__} for {shown(getattr(message, "target", "?"))} '
                                          f'is no weights or control message for {self.worker_id!r}')
             if isinstance(message, Control):
-                if message.learner_run == self.learner_run:
+                if message.learner_run == self.learner_run:  # any control paces it (the learner paces from the start)
                     self.paused_at_s = now_s if message.pause else None
-                    self.paced = self.paced or message.pause
+                    self.paced = True
                 return False
             return self.apply(message)
         except Refused as err:
