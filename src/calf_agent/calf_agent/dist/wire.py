@@ -367,17 +367,19 @@ class Chunk(NamedTuple):
 
 
 def _chunk_tag(key: bytes, kind: int, sender: str, message_id: int, index: int, count: int, total_bytes: int,
-               piece: bytes) -> bytes:
+               piece: bytes | memoryview) -> bytes:
     name = sender.encode('utf-8', 'surrogatepass')
-    head = _CHUNK_HEAD.pack(_CHUNK_MAGIC, FORMAT, kind, message_id, index, count, total_bytes, len(name))
-    return hmac.digest(key, head + name + piece, 'sha256')
+    mac = hmac.new(key, _CHUNK_HEAD.pack(_CHUNK_MAGIC, FORMAT, kind, message_id, index, count, total_bytes,
+                                         len(name)) + name, 'sha256')
+    mac.update(piece)  # not joined to the head: a large piece is not copied
+    return mac.digest()
 
 
 def tagged(key: bytes, kind: int, sender: str, message_id: int, index: int, count: int, total_bytes: int,
-           piece: bytes) -> Chunk:
+           piece: bytes | memoryview) -> Chunk:
     """The chunk carrying ``piece``, tagged under ``key``."""
     tag = _chunk_tag(key, kind, sender, message_id, index, count, total_bytes, piece)
-    return Chunk(kind, sender, message_id, index, count, total_bytes, piece + tag)
+    return Chunk(kind, sender, message_id, index, count, total_bytes, b''.join((piece, tag)))
 
 
 def split(frame: bytes, kind: Kind, sender: str, message_id: int, key: bytes,
@@ -385,7 +387,8 @@ def split(frame: bytes, kind: Kind, sender: str, message_id: int, key: bytes,
     """``frame`` as chunks of at most ``chunk_bytes`` of its bytes each (plus a tag), tagged under ``key``."""
     if chunk_bytes < 1:
         raise ValueError(f'chunk_bytes must be >= 1, got {chunk_bytes}')
-    pieces = [frame[i:i + chunk_bytes] for i in range(0, len(frame), chunk_bytes)] or [b'']
+    view = memoryview(frame)  # pieces are copied once, into their chunks
+    pieces = [view[i:i + chunk_bytes] for i in range(0, len(frame), chunk_bytes)] or [b'']
     return [tagged(key, int(kind), sender, message_id, i, len(pieces), len(frame), piece)
             for i, piece in enumerate(pieces)]
 
@@ -395,7 +398,7 @@ class _Pending:
     count: int
     total_bytes: int
     started_s: float
-    parts: dict[int, bytes] = field(default_factory=dict)
+    parts: dict[int, memoryview] = field(default_factory=dict)
     size: int = 0
 
 
@@ -442,8 +445,9 @@ class Reassembler:
         if problem:
             self.refuse('malformed', f'{what}: {problem}')
             return None
-        piece = chunk.data[:-_TAG]
-        if not hmac.compare_digest(chunk.data[-_TAG:], _chunk_tag(
+        data = memoryview(chunk.data)  # the piece is kept as a view of the chunk's bytes, not copied
+        piece = data[:-_TAG]
+        if not hmac.compare_digest(data[-_TAG:], _chunk_tag(
                 self._key, chunk.kind, chunk.sender, chunk.message_id, chunk.index, chunk.count, chunk.total_bytes,
                 piece)):
             self.refuse('forged', f'{what}: its tag does not check under this run\'s key (another run\'s key, '
