@@ -9,9 +9,15 @@ ends the launch with exit code 0; a node that failed (exit code other than 0, e.
 checkpoint at start-up) ends it with exit code 1, after the node's own error line. With
 ``respawn:=true``, launch starts a failed node again (``respawn_delay``, ``respawn_retries``) and the
 launch ends only when a node finishes, or fails once more than ``respawn_retries`` allows.
+
+The live loop's nodes (``NodeSpec.realtime``) start through ``calf_ros.scheduling`` as their launch prefix, after
+any ``--launch-prefix`` given: their priority is raised before their program's first instruction, as under ``calf
+run`` (``--launch-prefix-filter`` does not apply to them).
 """
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Callable
 
 from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, SetEnvironmentVariable, Shutdown
@@ -19,9 +25,12 @@ from launch.events.process import ProcessExited
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from calf_bringup.graph import build_graph
+from calf_bringup.graph import NodeSpec, build_graph
 from calf_bringup.run_options import IMPAIR, NODES, SHIM, RunOptions, launch_arguments
 from launch import LaunchContext, LaunchDescription
+
+REALTIME_PREFIX = f'{shlex.quote(sys.executable)} -m calf_ros.scheduling'
+"""Raises the process's priority, then runs the node's program in its place (``calf_ros.scheduling.main``)."""
 
 
 class NodeFailed(RuntimeError):
@@ -40,17 +49,23 @@ def launch_description(mode: str) -> LaunchDescription:
         if options.domain_id is not None:
             actions.append(SetEnvironmentVariable('ROS_DOMAIN_ID', str(options.domain_id)))
         retries = options.respawn_retries if options.respawn else 0
-        return actions + [Node(package=spec.package, executable=spec.executable, name=spec.name,
-                               namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
-                               additional_env=spec.additional_env, output='screen',
-                               respawn=options.respawn, respawn_delay=options.respawn_delay,
-                               respawn_max_retries=retries,
-                               on_exit=_on_exit(spec.name, retries, options.respawn_delay))
+        return actions + [node_action(spec, options.respawn, options.respawn_delay, retries)
                           for spec in build_graph(options)]
 
     declared = [DeclareLaunchArgument(name, default_value=default, description=text)
                 for name, default, text in arguments]
     return LaunchDescription([*declared, OpaqueFunction(function=nodes)])
+
+
+def node_action(spec: NodeSpec, respawn: bool = False, delay_s: float = 0.0, retries: int = 0) -> Node:
+    """The launch action that starts ``spec`` (a live-loop node through ``REALTIME_PREFIX``), its output on the
+    screen under its executable's name; with ``respawn``, started again ``delay_s`` after a failure, ``retries``
+    times at most."""
+    prefix = [LaunchConfiguration('launch-prefix', default=''), f' {REALTIME_PREFIX}'] if spec.realtime else None
+    return Node(package=spec.package, executable=spec.executable, exec_name=spec.executable, name=spec.name,
+                namespace=spec.namespace, parameters=[spec.parameters], remappings=spec.remappings,
+                additional_env=spec.additional_env, output='screen', prefix=prefix, respawn=respawn,
+                respawn_delay=delay_s, respawn_max_retries=retries, on_exit=_on_exit(spec.name, retries, delay_s))
 
 
 def _on_exit(name: str, retries: int, delay_s: float) -> Callable[[ProcessExited, LaunchContext], list | None]:

@@ -5,10 +5,14 @@
 inherits it. ``CALF_SCHEDULING=normal`` in the environment leaves scheduling alone. A node calls it when it
 starts (``calf_ros.node_main``); ``calf run`` calls it in the node's process before the node's program runs
 (``calf_bringup.runner``), so that its imports, most of its start-up, do not wait behind a busy host's processes.
+``ros2 launch`` cannot run code in a child before its program, so the launch files start those nodes through
+``python -m calf_ros.scheduling PROGRAM ARG...`` (a launch prefix), which raises the priority and then runs the
+program in its own place (``exec``: same process, the scheduling kept).
 """
 from __future__ import annotations
 
 import os
+import sys
 
 REALTIME_PRIORITY = 10  # SCHED_FIFO priority of the live loop's nodes: above every normal process, low among RT ones
 NICE = -10  # the fallback where SCHED_FIFO is not permitted
@@ -32,3 +36,19 @@ def raise_priority() -> str:
         return f'nice {NICE} (SCHED_FIFO not permitted)'
     except (OSError, AttributeError):
         return 'normal (neither SCHED_FIFO nor a lower nice value permitted)'
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m calf_ros.scheduling PROGRAM [ARG ...]``: raise this process's priority, then become PROGRAM."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        sys.exit('usage: python -m calf_ros.scheduling PROGRAM [ARG ...]')
+    raise_priority()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as err:
+        sys.exit(f'calf_ros.scheduling: cannot run {argv[0]}: {err.strerror}')
+
+
+if __name__ == '__main__':
+    main()
