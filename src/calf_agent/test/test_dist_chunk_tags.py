@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from calf_agent.dist.learner import Learner, LearnerConfig
@@ -126,3 +127,42 @@ def test_a_restarted_sender_is_not_blocked_by_its_earlier_runs_messages():
     frames = [joiner.add(chunk, 1.0) for chunk in after.chunks(Hello('w0'), chunk_bytes=8)]
     assert frames[-1] is not None  # its message displaced the oldest of the earlier run's
     assert joiner.refused == {'incomplete': 1} and joiner.pending == 1
+
+
+def test_a_new_message_displaces_only_older_ones_of_its_own_sender():
+    lines: list[str] = []
+    joiner = Reassembler(KEY, budget_bytes=3000, log=lines.append)
+
+    def first_chunk(sender: str, message_id: int) -> Chunk:
+        return tagged(KEY, Kind.BATCH, sender, message_id, 0, 2, 1000, b'x' * 500)
+
+    for chunk in (first_chunk('w0', 5), first_chunk('w0', 6), first_chunk('w1', 1)):
+        assert joiner.add(chunk, 0.0) is None
+    assert joiner.add(first_chunk('w0', 4), 0.0) is None  # older than both of w0's in progress
+    assert joiner.add(first_chunk('w2', 1), 0.0) is None  # the budget is full, and w2 has nothing to displace
+    assert joiner.refused == {'stale': 1, 'budget': 1} and (joiner.pending, joiner.reserved) == (3, 3000)
+    assert joiner.add(first_chunk('w1', 2), 0.0) is None  # w1's newer message takes the place of its older one
+    assert joiner.refused['incomplete'] == 1 and 'message 1 from \'w1\'' in lines[-1]
+    assert joiner.add(tagged(KEY, Kind.BATCH, 'w0', 6, 1, 2, 1000, b'y' * 500), 0.0) == b'x' * 500 + b'y' * 500
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_genuine_messages_of_several_senders_all_complete_among_random_forgeries(seed):
+    rng = np.random.default_rng(seed)
+    queues = [[chunk for _ in range(3) for chunk in sealer.chunks(_weights(), int(rng.integers(512, 4096)))]
+              for sealer in (Sealer(KEY, f'w{i}') for i in range(3))]  # each sender's chunks, in its order
+    forged = []
+    for _ in range(1000):  # a genuine chunk's name and id (or a newer one), with the attacker's key or a bad tag
+        genuine = queues[int(rng.integers(3))][int(rng.integers(9))]
+        aimed = genuine._replace(index=int(rng.integers(genuine.count)),
+                                 message_id=genuine.message_id + int(rng.integers(2)))
+        piece = rng.bytes(int(rng.integers(0, 600)))
+        forged.append(tagged(ATTACKER, *aimed[:-1], piece) if rng.random() < 0.5 else
+                      aimed._replace(data=piece + rng.bytes(32)))
+    queues.append(forged)
+    joiner, frames = Reassembler(KEY), []
+    while any(queues):
+        queue = queues[int(rng.choice([i for i, q in enumerate(queues) if q]))]
+        frames.append(joiner.add(queue.pop(0), 0.0))
+    assert sum(frame is not None for frame in frames) == 9 and set(joiner.refused) <= {'forged', 'malformed'}
+    assert joiner.refused['forged'] >= 900 and joiner.pending == 0 and joiner.reserved == 0
