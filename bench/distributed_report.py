@@ -173,6 +173,35 @@ def goals(root: Path) -> None:
               f'| {_median(group, "as_snapshots")} |')
 
 
+    print()
+    for line in goal_lines(groups):
+        print(line)
+
+
+def goal_lines(groups: dict[str, list[dict]]) -> list[str]:
+    """The ratios the goals name, from the per-group medians (a group missing: its lines left out)."""
+    def med(name: str, key: str) -> float | None:
+        values = [r[key] for r in groups.get(name, []) if r[key] is not None]
+        return float(np.median(values)) if values else None
+
+    lines = []
+    for int8, base in (('cp_int8', 'cp_snapshots'), ('cp_wifi_int8', 'cp_wifi_snapshots')):
+        sent, full = med(int8, 'bytes'), med(base, 'bytes')
+        steps, base_steps = med(int8, 'steps_to_target'), med(base, 'steps_to_target')
+        ret, base_ret = med(int8, 'final_return'), med(base, 'final_return')
+        if None not in (sent, full, steps, base_steps, ret, base_ret):
+            lines.append(f'- {int8} against {base}: weight bytes {full / sent:.1f}x fewer (goal 10x), env steps to '
+                         f'target {steps / base_steps:.2f}x (goal <= 1.2x), final return {100 * (ret / base_ret - 1):+.1f} % '
+                         '(goal within 5 %)')
+    for dist in ('ip_int8', 'ip_wifi_int8'):
+        steps, single = med(dist, 'steps_to_target'), med('ip_single', 'steps_to_target')
+        sent, full = med(dist, 'bytes'), med(dist, 'as_snapshots')
+        if None not in (steps, single, sent, full):
+            lines.append(f'- {dist} against ip_single: env steps to target {steps / single:.2f}x (goal <= 1.2x), '
+                         f'weight bytes {full / sent:.1f}x fewer than as full snapshots (goal 10x)')
+    return lines
+
+
 def _median(group: list[dict], key: str) -> str:
     values = [r[key] for r in group if r[key] is not None]
     return f'{np.median(values):,.0f}' if values else '-'

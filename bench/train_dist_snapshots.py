@@ -1,6 +1,6 @@
 """``calf train --workers N`` with every weights message a full float32 snapshot: the baseline of the byte goal.
 
-    python bench/train_dist_snapshots.py --out RUNS/NAME --env cartpole --workers 4 --steps 150000 \
+    python bench/train_dist_snapshots.py --out RUNS/NAME --env cartpole --workers 4 --envs 2 --steps 150000 \
         --eval-every 4096 --stop-return 475 --seed 0 [--learner-network wifi_degraded]
 
 The same learner and worker processes and parameters as ``calf train --regime baseline --workers N`` (the
@@ -22,6 +22,7 @@ def main() -> int:
     parser.add_argument('--out', type=Path, required=True)
     parser.add_argument('--env', default='cartpole')
     parser.add_argument('--workers', type=int, default=4)
+    parser.add_argument('--envs', type=int, default=0, help='envs per worker; 0: the task\'s calf train envs')
     parser.add_argument('--steps', type=int, default=0, help='0: the task\'s calf train budget')
     parser.add_argument('--eval-every', type=int, default=10_000)
     parser.add_argument('--stop-return', type=float, default=0.0)
@@ -36,7 +37,8 @@ def main() -> int:
     params = {'out': str(out), 'env': args.env, 'network': regime_profile('baseline'), 'regime': 'baseline',
               'steps': args.steps or defaults.total_steps, 'seed': args.seed, 'sync': 'every',
               'eval_every': args.eval_every, 'stop_return': args.stop_return, 'kl_bound': 0.0}
-    specs = training_graph(params, args.workers, defaults.num_envs, args.seed, args.learner_network, out, str(key))
+    specs = training_graph(params, args.workers, args.envs or defaults.num_envs, args.seed, args.learner_network, out,
+                           str(key))
     return run_training(specs, args.domain_id)
 
 

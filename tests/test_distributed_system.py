@@ -59,6 +59,11 @@ def _updates(out: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.open())) if path.is_file() else []
 
 
+def _workers(row: dict[str, str]) -> set[str]:
+    """The workers whose batches an update (a round) trained on."""
+    return set(row['worker'].split('+'))
+
+
 @pytest.mark.slow
 def test_learner_and_two_workers_train_and_the_checkpoint_evaluates(tmp_path):
     out = tmp_path / 'run'
@@ -67,8 +72,8 @@ def test_learner_and_two_workers_train_and_the_checkpoint_evaluates(tmp_path):
     summary = json.loads((out / 'distributed.json').read_text())
     assert summary['env_steps'] >= 8192 and summary['workers'] == ['w0', 'w1']
     assert summary['weights_sent']['bytes'] > 0 and summary['batches_received']['messages'] >= summary['updates']
-    assert not summary['refused'] and sum(summary['lag_histogram'].values()) == summary['updates']
-    assert {row['worker'] for row in _updates(out)} == {'w0', 'w1'}
+    assert not summary['refused'] and sum(summary['lag_histogram'].values()) >= summary['updates']  # per batch
+    assert {'w0+w1', 'w1+w0'} & {row['worker'] for row in _updates(out)}  # rounds of both workers' batches
     report = evaluate_sim(out, load_profile('sim_clean'), episodes=3, seed=0)  # what calf eval runs
     assert report['episodes'] == 3 and report['mean_return'] >= 8
 
@@ -97,14 +102,14 @@ def test_a_killed_worker_does_not_stop_the_learner(tmp_path):
     out = tmp_path / 'run'
     specs = _graph(out, 12_288, workers=2)
     with Graph(specs, output=None) as graph:
-        assert _wait(lambda: {'w0', 'w1'} <= {row['worker'] for row in _updates(out)})
+        assert _wait(lambda: any(_workers(row) == {'w0', 'w1'} for row in _updates(out)))
         os.killpg(graph._child('worker_w1').process.pid, signal.SIGKILL)
         assert graph.wait_for_exit('worker_w1', 10) == -signal.SIGKILL
         killed_at = len(_updates(out))
         assert graph.wait_for_exit('learner', TIMEOUT_S) == 0, graph.tail('learner')
     after = _updates(out)[killed_at:]  # w1's batches already received may still be trained on, then only w0's
-    assert len(after) > 3 and {row['worker'] for row in after[-3:]} == {'w0'}
-    assert sum(row['worker'] == 'w1' for row in after) <= 2  # at most the batches of it waiting at the kill
+    assert len(after) > 3 and all(_workers(row) == {'w0'} for row in after[-3:])  # rounds go on without it
+    assert sum('w1' in _workers(row) for row in after) <= 2  # at most the batches of it waiting at the kill
     summary = json.loads((out / 'distributed.json').read_text())
     assert summary['env_steps'] >= 12_288 and not summary['refused'].keys() - {'incomplete'}  # its batch in flight
 
@@ -151,7 +156,6 @@ def test_workers_follow_a_learner_restarted_from_its_checkpoint(tmp_path):
         assert workers.returncode('worker_w0') is None
     summary = json.loads((out / 'distributed.json').read_text())
     assert summary['version'] > version and summary['env_steps'] >= 8192 and summary['workers'] == ['w0']
-    assert summary['lag_histogram'].get('other_run', 0) >= 1  # its first batch was collected under the old run
     assert not summary['refused'].keys() - {'unknown_worker'}  # batches before its next hello re-admitted it
 
 

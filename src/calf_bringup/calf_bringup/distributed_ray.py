@@ -35,6 +35,8 @@ RESTARTS = 3
 """Times Ray restarts a worker actor that died."""
 UNAVAILABLE_S = 1.0
 """How long the learner waits before calling again an actor Ray reported unavailable (restarting)."""
+ROUND_POLL_S = 0.01
+"""How long the learner waits for an actor while batches wait for a round to complete (or go ahead)."""
 
 Wire = tuple[int, str, int, int, int, int, bytes]
 """A ``Chunk`` as it crosses the object store."""
@@ -99,7 +101,7 @@ def drive(ray: Any, learner: Learner, actors: dict[str, Any], log: Callable[[str
     retry_at = dict.fromkeys(actors, 0.0)  # an actor Ray is restarting is called again from then on
     pending = {actors[wid].run.remote([]): wid for wid in actors}
     while not learner.done and (pending or actors):
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.0 if learner.queue else UNAVAILABLE_S) \
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=ROUND_POLL_S if learner.queue else UNAVAILABLE_S) \
             if pending else ([], [])
         now = time.monotonic()
         for ref in ready:
