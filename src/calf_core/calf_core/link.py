@@ -12,6 +12,7 @@ together, as one total delay per message.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,10 @@ class SingleCopyStage(ABC):
 class DrawBuffer:
     """Values of ``draw(rng, n)`` drawn ``BLOCK`` at a time and handed out one by one.
 
-    The same seed gives the same sequence. Passing another generator (as `Link.reset(rng)` does)
-    discards what is left of the current block.
+    The same seed gives the same sequence. Each generator has its own block: a stage of a shared process
+    takes from the generator of the link that meets it, so it alternates between two, and a switch keeps
+    what is left of the other's block for its next turn. Only the last two generators' blocks are kept (a
+    ``Link.reseed`` retires the old one).
     """
 
     BLOCK = 128
@@ -74,11 +77,16 @@ class DrawBuffer:
         self._rng: np.random.Generator | None = None
         self._values: list[float] = []
         self._next = 0
+        self._other: tuple[np.random.Generator | None, list[float], int] = (None, [], 0)  # the other block
 
     def take(self, rng: np.random.Generator) -> float:
         i = self._next
-        if i == len(self._values) or rng is not self._rng:
-            self._rng, self._values, i = rng, self._draw(rng, self.BLOCK).tolist(), 0
+        if rng is not self._rng:  # resume this generator's block, or start one
+            other = self._other
+            self._other = (self._rng, self._values, i)
+            self._rng, self._values, i = other if other[0] is rng else (rng, [], 0)
+        if i == len(self._values):
+            self._values, i = self._draw(rng, self.BLOCK).tolist(), 0
         self._next = i + 1
         return self._values[i]
 
@@ -110,7 +118,13 @@ class IndependentStage(SingleCopyStage):
         """``n`` delays in seconds, NaN for a lost packet."""
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        delay_s = self._samples.take(rng)
+        samples = self._samples
+        i, values = samples._next, samples._values  # DrawBuffer.take, inlined
+        if i < len(values) and rng is samples._rng:
+            samples._next = i + 1
+            delay_s = values[i]
+        else:
+            delay_s = samples.take(rng)
         return None if delay_s != delay_s else arrive_s + delay_s  # NaN: lost
 
 
@@ -157,7 +171,7 @@ class SharedProcess:
         last = self._last_send_s
         last[direction] = send_s
         other = last[1 - direction]
-        floor_s = send_s if other == -np.inf else min(send_s, other)
+        floor_s = other if -math.inf < other < send_s else send_s
         for stage in self._stages:
             t = stage.at(t, floor_s, rng)
             if t is None:

@@ -178,14 +178,20 @@ class GilbertElliottLoss(SingleCopyStage):
         self._bad = None
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        uniform = self._uniform
-        if self._bad is None:
-            self._bad = uniform.take(rng) < self.pi_bad
-        loss_draw, flip_draw = uniform.take_two(rng)
-        lost = loss_draw < (self.loss_bad if self._bad else self.loss_good)
-        flip = flip_draw < (self.p_bad_to_good if self._bad else self.p_good_to_bad)
-        self._bad = self._bad != flip
-        return None if lost else arrive_s
+        uniform, bad = self._uniform, self._bad
+        if bad is None:
+            bad = uniform.take(rng) < self.pi_bad
+        i, values = uniform._next, uniform._values  # DrawBuffer.take_two, inlined
+        if i + 2 <= len(values) and rng is uniform._rng:
+            uniform._next = i + 2
+            loss_draw, flip_draw = values[i], values[i + 1]
+        else:
+            loss_draw, flip_draw = uniform.take_two(rng)
+        if bad:
+            self._bad = flip_draw >= self.p_bad_to_good
+            return None if loss_draw < self.loss_bad else arrive_s
+        self._bad = flip_draw < self.p_good_to_bad
+        return None if loss_draw < self.loss_good else arrive_s
 
 
 class Distribution:
@@ -269,9 +275,12 @@ class OnOff:
         self._ends: list[float] = []
         self._head = 0  # windows before this one ended before the floor: no later query is in them
         self._next_start_s = math.inf
+        self._clear_from = math.inf  # no window holds a time from here to the next start (none before the start)
 
     def release(self, t: float, floor_s: float, rng: np.random.Generator) -> float:
         """The end of the window holding time ``t``, else ``t``; no later query will lie before ``floor_s``."""
+        if self._clear_from <= t < self._next_start_s:  # past every window drawn, before the next: nothing to do
+            return t
         if not self._started:
             self._start(floor_s, rng)
         if self._next_start_s <= t:
@@ -333,6 +342,8 @@ class OnOff:
             starts.append(start)
             ends.append(end)
         self._head = max(self._head, len(ends) - MAX_RENEWALS)
+        if ends:
+            self._clear_from = ends[-1]
 
     def _start(self, now_s: float, rng: np.random.Generator) -> None:
         """Enter the process at a random instant of its stationary regime."""
@@ -352,6 +363,7 @@ class OnOff:
             self._next_start_s = end + self.gap.sample(rng)
         else:
             self._next_start_s = now_s + self.gap.residual(rng)
+        self._clear_from = self._ends[-1] if self._ends else now_s
 
 
 class Stall(SingleCopyStage):
@@ -399,9 +411,15 @@ class Stall(SingleCopyStage):
 
     def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
         """A message at time ``t`` leaves at the end of the stall holding it (else at ``t``)."""
+        windows = self.windows
+        if windows._clear_from <= t < windows._next_start_s:  # OnOff.release's first case, inlined
+            return t
         return self._release(t, floor_s, rng)
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        windows = self.windows
+        if windows._clear_from <= arrive_s < windows._next_start_s:  # OnOff.release's first case, inlined
+            return arrive_s
         return self._release(arrive_s, send_s, rng)
 
 
@@ -419,6 +437,7 @@ class GilbertElliottInTime(SingleCopyStage):
         self.windows = OnOff(Distribution({'dist': 'exponential', 'mean': mean_bad_ms}),
                              Distribution({'dist': 'exponential', 'mean': mean_good_ms}))
         self.pi_bad = self.windows.on_fraction
+        self._uniform = DrawBuffer(_uniforms)  # the loss draws; the chain's holds draw from the generator itself
 
     @property
     def loss_rate(self) -> float:
@@ -430,8 +449,12 @@ class GilbertElliottInTime(SingleCopyStage):
 
     def at(self, t: float, floor_s: float, rng: np.random.Generator) -> float | None:
         """``t``, or None if the message at time ``t`` is lost."""
-        p = self.loss_bad if self.windows.release(t, floor_s, rng) > t else self.loss_good  # held: a bad spell
-        if p <= 0.0 or (p < 1.0 and float(rng.random()) >= p):
+        windows = self.windows
+        if windows._clear_from <= t < windows._next_start_s:  # OnOff.release's first case, inlined: a good spell
+            p = self.loss_good
+        else:
+            p = self.loss_bad if windows.release(t, floor_s, rng) > t else self.loss_good  # held: a bad spell
+        if p <= 0.0 or (p < 1.0 and self._uniform.take(rng) >= p):
             return t
         return None
 
@@ -465,6 +488,8 @@ class DriftingDelay(SingleCopyStage):
         return self._level_s, self._until_s
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
+        if send_s < self._until_s:  # the level holds (-inf before the first message)
+            return arrive_s + self._level_s
         if not self._started or send_s - self._until_s > MAX_RENEWALS * self.hold.mean:  # see MAX_RENEWALS
             self._started = True
             self._level_s, self._until_s = self.levels.sample(rng), send_s + self.hold.residual(rng)

@@ -44,11 +44,13 @@ from gymnasium.envs.registration import EnvSpec
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import BoxBounds, ObsRecord, Stepper, applied_facts, keep_newest
+from calf_core.timing import BoxBounds, ObsRecord, Stepper, keep_newest
 
 MESSAGE_OVERHEAD_BYTES = 64
 ENV_ID = 'calf/Networked-v0'
 """The gymnasium id that builds a NetworkedEnv (``gym.make``, ``gym.make_vec``; registered by :mod:`calf_core.api`)."""
+MAX_EXECUTED_ARRAYS = 1024
+"""Most ``info['executed']`` patterns a NetworkedEnv keeps made, to copy rather than build."""
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
 
 
@@ -119,6 +121,8 @@ class NetworkedEnv(gym.Wrapper):
         self.observation_space = float32_space(env.observation_space)
         self.action_space = plan_space(env.action_space, plan_horizon)
         self._continuous = self.stepper.continuous
+        self._one_int = not self._continuous and plan_horizon == 1  # an action is one int: step's shortcut
+        self._n_actions = self.stepper.n_actions
         if self._continuous:
             self._plan_shape = (plan_horizon, *env.action_space.shape)
             self._agent_shape = self.action_space.shape  # one action's shape for plan_horizon 1, else the plan's
@@ -142,8 +146,12 @@ class NetworkedEnv(gym.Wrapper):
         self._ended: ObsRecord | None = None
         self._decision_of: dict[int, int] = {}  # obs_seq -> index of the decision that answered it
         self._executed_shape = (plan_horizon + 1, plan_horizon)
-        self._executed = self._no_executed()
+        self._executed = 0  # this step's info['executed'] as bits: row l, column j is bit l * H + j
+        self._executed_arrays: dict[int, np.ndarray] = {}  # of the bits: what info['executed'] copies
         self.obs_lost = self.actions_lost = 0
+        # what the event loop reads every tick and never changes (the queue is cleared, never replaced)
+        self._loop = (self._queue.heap, self._queue.order, self.stepper, self._policy, self._dt_ns, self._obs_bytes,
+                      self._decision_of, plan_horizon)
         self.tick_listener: Callable[[ObsRecord], None] | None = None
         """Called with every observation the env emits, the reset one included, before it is sent: which
         action was applied at that tick, and the state it led to (e.g. imitation labels applied actions)."""
@@ -180,7 +188,7 @@ class NetworkedEnv(gym.Wrapper):
         self._ended = None
         self._reward, self._ticks, self._e2e_seen = 0.0, 0, 0
         self._decision_of.clear()
-        self._executed = self._no_executed()
+        self._executed = 0
         self.obs_lost = self.actions_lost = 0
         first = self.stepper.reset(0.0, seed=env_seed)
         if self.tick_listener is not None:
@@ -191,9 +199,33 @@ class NetworkedEnv(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._ended is None:
-            assert self._decision is not None, 'step() before reset()'
-            plan, checked = ([action], False) if type(action) is int else self._as_plan(action)
-            self._send_action(self._decision, plan, checked)
+            record = self._decision
+            assert record is not None, 'step() before reset()'
+            if self._one_int and (type(action) is int or isinstance(action, np.integer)):
+                action = int(action)
+                plan, checked = [action], 0 <= action < self._n_actions  # in range: the env need not check it again
+            else:
+                plan, checked = self._as_plan(action)
+            decision_of, seq = self._decision_of, record.seq  # send the plan
+            decision_of[seq] = len(decision_of)
+            send_ns = self._decision_ns + self._compute_ns
+            self._policy.busy_until_ns = send_ns  # computing until it sends
+            origin_ns = self._origin_ns
+            arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, self._action_bytes)
+            if len(arrivals) == 1:
+                arrive_ns, heap = round(arrivals[0] * 1e9) - origin_ns, self._queue.heap
+                if arrive_ns <= (self.stepper.tick_index + 1) * self._dt_ns and (not heap or arrive_ns < heap[0][0]):
+                    # the next event, before the next tick: handled now, as the queue would hand it over first
+                    self.stepper.on_action(seq, record.episode, plan, arrive_ns / 1e9, checked)
+                else:
+                    heappush(heap, (arrive_ns, ACTION, next(self._queue.order),
+                                    _new(SentPlan, (seq, record.episode, plan, checked))))
+            elif arrivals:
+                queue, sent = self._queue, _new(SentPlan, (seq, record.episode, plan, checked))
+                for arrive_s in arrivals:
+                    heappush(queue.heap, (round(arrive_s * 1e9) - origin_ns, ACTION, next(queue.order), sent))
+            else:
+                self.actions_lost += 1
             record = self._advance()
         else:
             record = self._ended
@@ -225,34 +257,45 @@ class NetworkedEnv(gym.Wrapper):
             return [int(np.asarray(action).reshape(-1)[0])], False
         return [int(a) for a in np.asarray(action).reshape(-1)], False
 
-    def _no_executed(self) -> np.ndarray:
-        return np.zeros(self._executed_shape, np.uint8)
-
     def _advance(self, emitted: ObsRecord | None = None) -> ObsRecord:
         """Send ``emitted`` (if given), then run virtual time until the agent must decide or the episode ends.
 
         Events due before the next tick are handled first, in (time, rank, order) order; of the observations
         that reach the agent at one instant, it keeps the newest (``keep_newest``). This loop is the per-tick
-        cost: queue pushes and the running reward and tick count are inlined as locals.
+        cost: queue pushes, the running reward and tick count, the tick's time and the executed bits are
+        inlined as locals.
         """
-        queue, stepper, dt_ns, policy = self._queue, self.stepper, self._dt_ns, self._policy
-        heap, order, transmit, obs_bytes = queue.heap, queue.order, self.uplink.transmit, self._obs_bytes
-        origin_ns, decision_of, horizon, listener = self._origin_ns, self._decision_of, self.plan_horizon, \
-            self.tick_listener
-        reward, ticks = self._reward, self._ticks
+        heap, order, stepper, policy, dt_ns, obs_bytes, decision_of, horizon = self._loop
+        transmit, origin_ns, listener = self.uplink.transmit, self._origin_ns, self.tick_listener
+        reward, ticks, executed = self._reward, self._ticks, self._executed
+        tick_ns = stepper.tick_index * dt_ns  # the time of the last tick (``emitted``'s stamp), in episode ns
         while True:
             if emitted is not None:
-                arrivals = transmit((origin_ns + round(emitted.stamp_s * 1e9)) / 1e9, obs_bytes)
-                if not arrivals:
+                arrivals = transmit((origin_ns + tick_ns) / 1e9, obs_bytes)
+                if len(arrivals) == 1:
+                    arrive_ns = round(arrivals[0] * 1e9) - origin_ns
+                    if arrive_ns >= tick_ns + dt_ns or (heap and arrive_ns >= heap[0][0]):
+                        heappush(heap, (arrive_ns, OBS, next(order), emitted))
+                    elif arrive_ns < policy.busy_until_ns:  # the next event, handled now as the queue would hand
+                        policy.offer(arrive_ns, emitted)  # it over: the agent still computes, so it waits
+                    else:  # ... or acts on it (newer than the last decision's)
+                        policy.waiting = None
+                        self._last_seq = emitted.seq
+                        self._decision, self._decision_ns = emitted, arrive_ns
+                        self._reward, self._ticks, self._executed = reward, ticks, executed
+                        return emitted
+                elif arrivals:
+                    for arrive_s in arrivals:
+                        heappush(heap, (round(arrive_s * 1e9) - origin_ns, OBS, next(order), emitted))
+                else:
                     self.obs_lost += 1
-                for arrive_s in arrivals:
-                    heappush(heap, (round(arrive_s * 1e9) - origin_ns, OBS, next(order), emitted))
-            next_tick_ns = (stepper.tick_index + 1) * dt_ns
-            due = (next_tick_ns, TICK)
+            tick_ns += dt_ns
+            due = (tick_ns, TICK)
             while heap and heap[0] < due:  # queue.due_before, inlined
                 time_ns, rank, _, payload = heappop(heap)  # an Event's fields
                 if rank == ACTION:
-                    stepper.on_action(payload.obs_seq, payload.episode, payload.plan, time_ns / 1e9, payload.checked)
+                    obs_seq, episode, plan, checked = payload
+                    stepper.on_action(obs_seq, episode, plan, time_ns / 1e9, checked)
                     continue
                 if rank == FREE:
                     record = policy.waiting
@@ -268,23 +311,23 @@ class NetworkedEnv(gym.Wrapper):
                 policy.waiting = None  # policy.offer's free case, inlined
                 self._last_seq = record.seq
                 self._decision, self._decision_ns = record, time_ns
-                self._reward, self._ticks = reward, ticks
+                self._reward, self._ticks, self._executed = reward, ticks, executed
                 return record
-            emitted = stepper.tick(next_tick_ns / 1e9)
+            emitted = stepper.tick(tick_ns / 1e9)
             if listener is not None:
                 listener(emitted)
-            _, plan_seq, index, _ = emitted.applied  # an AppliedAction
+            _, _, _, _, tick_reward, terminated, truncated, (_, plan_seq, index, _) = emitted
             if index >= 0:  # info['executed']
                 decision = decision_of.get(plan_seq)
                 if decision is not None:
                     lag = len(decision_of) - 1 - decision
                     if lag <= horizon:
-                        self._executed[lag, index] = 1
-            reward += emitted.reward
+                        executed |= 1 << (lag * horizon + index)
+            reward += tick_reward
             ticks += 1
-            if emitted.terminated or emitted.truncated:
+            if terminated or truncated:
                 self._ended = emitted
-                self._reward, self._ticks = reward, ticks
+                self._reward, self._ticks, self._executed = reward, ticks, executed
                 return emitted
 
     def _newest_arriving(self, first: ObsRecord, time_ns: int) -> ObsRecord:
@@ -292,18 +335,6 @@ class NetworkedEnv(gym.Wrapper):
         one it keeps (``keep_newest``)."""
         arriving = [first, *self._queue.pop_at(time_ns, OBS)]
         return arriving[keep_newest([record.seq for record in arriving])]
-
-    def _send_action(self, record: ObsRecord, plan: list[Any], checked: bool) -> None:
-        self._decision_of[record.seq] = len(self._decision_of)
-        send_ns = self._decision_ns + self._compute_ns
-        self._policy.busy_until_ns = send_ns  # computing until it sends
-        origin_ns = self._origin_ns
-        arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, self._action_bytes)
-        if not arrivals:
-            self.actions_lost += 1
-        sent = _new(SentPlan, (record.seq, record.episode, plan, checked))
-        for arrive_s in arrivals:
-            heappush(self._queue.heap, (round(arrive_s * 1e9) - origin_ns, ACTION, next(self._queue.order), sent))
 
     def _info(self, record: ObsRecord, ticks: int | None = None) -> dict:
         """This step's info (``ticks``: the count to report, default this step's); hands over the ``executed``
@@ -314,12 +345,24 @@ class NetworkedEnv(gym.Wrapper):
             self._e2e_seen = len(e2e)
         else:
             new_e2e = ()
-        executed, self._executed = self._executed, np.zeros(self._executed_shape, np.uint8)
-        applied_obs_seq, applied_index = applied_facts(record)
-        return StepInfo(ticks=self._ticks if ticks is None else ticks, e2e_ms=new_e2e, obs_seq=record.seq,
+        executed = self._executed_arrays.get(self._executed)
+        if executed is None:
+            executed = self._executed_array(self._executed)
+        self._executed = 0
+        seq, _, stamp_s, _, _, _, _, applied = record
+        applied_obs_seq, applied_index = (-1, -1) if applied is None else applied[1:3]  # applied_facts, inlined
+        return StepInfo(ticks=self._ticks if ticks is None else ticks, e2e_ms=new_e2e, obs_seq=seq,
                         applied_obs_seq=applied_obs_seq, applied_index=applied_index,
-                        obs_age_ms=(self._decision_ns / 1e9 - record.stamp_s) * 1e3 if self._ended is None else 0.0,
-                        obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed)
+                        obs_age_ms=(self._decision_ns / 1e9 - stamp_s) * 1e3 if self._ended is None else 0.0,
+                        obs_lost=self.obs_lost, actions_lost=self.actions_lost, executed=executed.copy())
+
+    def _executed_array(self, bits: int) -> np.ndarray:
+        """``info['executed']`` of ``bits`` (row l, column j is bit l * H + j), kept for the next time if there is room."""
+        array = np.zeros(self._executed_shape, np.uint8)
+        array.reshape(-1)[[i for i in range(array.size) if bits >> i & 1]] = 1
+        if len(self._executed_arrays) < MAX_EXECUTED_ARRAYS:
+            self._executed_arrays[bits] = array
+        return array
 
 
 def plan_space(space: gym.Space, plan_horizon: int) -> gym.Space:

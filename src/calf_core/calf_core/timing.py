@@ -57,6 +57,7 @@ class Verdict(enum.Enum):
 # Python-level constructor.
 _ACCEPTED, _STALE, _DUPLICATE = Verdict.ACCEPTED, Verdict.STALE, Verdict.DUPLICATE
 _new = tuple.__new__
+_FLOAT32 = np.dtype(np.float32)
 SMALL_ACTION = 64
 """Largest Box action size whose bounds ``BoxBounds`` checks element by element in Python."""
 
@@ -181,6 +182,7 @@ class PlanExecutor:
         self._plan: tuple[Any, ...] = ()
         self._plan_seq, self._first_use = -1, True
         self._last_action = self.initial_action
+        self._held: AppliedAction | None = None  # a held tick that repeats until the next plan (see action_for_tick)
 
     @property
     def newest_seq(self) -> int:
@@ -193,13 +195,16 @@ class PlanExecutor:
             return _STALE
         if obs_seq == self._plan_seq:
             return _DUPLICATE
-        self._plan, self._plan_seq, self._first_use = tuple(plan), obs_seq, True
+        self._plan, self._plan_seq, self._first_use, self._held = tuple(plan), obs_seq, True, None
         return _ACCEPTED
 
     def action_for_tick(self, tick: int) -> AppliedAction:
         """The action to apply at ``tick`` (>= 1)."""
-        plan, plan_seq = self._plan, self._plan_seq
-        index = element_for_tick(tick, plan_seq, len(plan), self._first_use, len(self.start_plan))
+        held = self._held
+        if held is not None:  # every tick is held until the next plan: the same action, the same facts
+            return held
+        plan, plan_seq, start_len = self._plan, self._plan_seq, len(self.start_plan)
+        index = element_for_tick(tick, plan_seq, len(plan), self._first_use, start_len)
         self._first_use = False  # a new plan sets it again
         if index >= 0:
             if plan_seq >= 0:
@@ -207,9 +212,11 @@ class PlanExecutor:
                 return _new(AppliedAction, (action, plan_seq, index, False))
             self._last_action = action = self.start_plan[index]
             return AppliedAction(action, -1, -1, True)
-        if self._held_noop is not None:
-            return AppliedAction(self._held_noop, plan_seq, -1, True)
-        return _new(AppliedAction, (self._last_action, plan_seq, -1, True))
+        held = _new(AppliedAction, (self._last_action if self._held_noop is None else self._held_noop, plan_seq, -1,
+                                    True))
+        if plan_seq >= 0 or not start_len:  # a plan run out (or no plan and no start plan) stays held
+            self._held = held
+        return held
 
 
 class ObsRecord(NamedTuple):
@@ -301,8 +308,9 @@ class Stepper:
         self.n_actions = 0 if self.continuous else int(space.n)  # 0 for Box actions
         self.action_shape: tuple[int, ...] = tuple(space.shape) if self.continuous else ()
         # a Discrete action reaches the env as the space's numpy integer, as vector envs pass it: a Python
-        # int makes gymnasium's Discrete.contains (asserted in env.step) build an np.iinfo every tick
-        self._env_action: Any = None if self.continuous else space.dtype.type
+        # int makes gymnasium's Discrete.contains (asserted in env.step) build an np.iinfo every tick. Made
+        # once per action (a tuple lookup), since building a numpy integer costs more than the lookup.
+        self._env_action: Any = None if self.continuous else tuple(map(space.dtype.type, range(self.n_actions)))
         if self.continuous:
             self._bounds = BoxBounds(space.low, space.high)
         self.executor = PlanExecutor(self.spec, space)
@@ -316,14 +324,16 @@ class Stepper:
         self.tick_index, self.done, self._success = 0, False, False
         self.executor.reset()
         self._summary = EpisodeSummary(self.episode, 0.0, 0, False, [], 0, 0, 0)
-        return self._emit(obs, now_s, 0.0, False, False, None)
+        self._stamps[0] = now_s
+        return _new(ObsRecord, (0, self.episode, now_s, np.asarray(obs, dtype=np.float32), 0.0, False, False, None))
 
     def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float,
                   checked: bool = False) -> Verdict:
         """Handle an action message arriving at ``now_s``: a plan of ints (Discrete) or of action vectors
         (Box). A plan that is empty, out of range or bounds, of the wrong shape or not finite is counted
         and refused (``Verdict.INVALID``). ``checked``: the caller built ``plan`` and found it valid by
-        these rules (float32 action vectors of a Box task, within its bounds), so it is not checked again."""
+        these rules (ints in range of a Discrete task; float32 action vectors of a Box task, within its
+        bounds), so it is not checked again."""
         if not checked:
             plan = self._checked_box_plan(plan) if self.continuous else _checked_plan(plan, self.n_actions)
         if plan is None:
@@ -331,15 +341,16 @@ class Stepper:
             return Verdict.INVALID
         if episode != self.episode or self.done:
             return Verdict.OTHER_EPISODE
-        if not self.tick_index - self.stamp_memory < obs_seq <= self.tick_index:  # not emitted, or forgotten
+        tick = self.tick_index
+        if not tick - self.stamp_memory < obs_seq <= tick:  # not emitted, or forgotten
             return Verdict.UNKNOWN_OBSERVATION
-        stamp = self._stamps[obs_seq % self.stamp_memory]
         verdict = self.executor.offer(obs_seq, plan)
-        summary = self._summary
-        if verdict is not _DUPLICATE and summary is not None:
-            summary.e2e_ms.append((now_s - stamp) * 1e3)
-            if verdict is _ACCEPTED:
-                summary.actions_applied += 1
+        if verdict is not _DUPLICATE:
+            summary = self._summary
+            if summary is not None:
+                summary.e2e_ms.append((now_s - self._stamps[obs_seq % self.stamp_memory]) * 1e3)
+                if verdict is _ACCEPTED:
+                    summary.actions_applied += 1
         return verdict
 
     def tick(self, now_s: float) -> ObsRecord:
@@ -348,23 +359,25 @@ class Stepper:
             raise RuntimeError('tick() after the episode ended: call reset() first')
         self.tick_index = tick = self.tick_index + 1
         applied = self.executor.action_for_tick(tick)
-        action = applied.action
-        obs, reward, terminated, truncated, _ = self.env.step(
-            action if self._env_action is None else self._env_action(action))
+        action, _, _, held = applied
+        to_env = self._env_action
+        obs, reward, terminated, truncated, _ = self.env.step(action if to_env is None else to_env[action])
         reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
         summary = self._summary
         assert summary is not None
         summary.episode_return += reward
-        summary.length = tick
-        if applied.held:
+        if held:
             summary.ticks_held += 1
-        self.done = terminated or truncated
-        if self.done:
+        if terminated or truncated:
+            self.done = True
             if self._success_on_truncation:
                 self._success = truncated and not terminated
             else:
                 self._success = terminated and reward > 0
-        return self._emit(obs, now_s, reward, terminated, truncated, applied)
+        self._stamps[tick % self.stamp_memory] = now_s  # the last stamp_memory stamps are known
+        if type(obs) is not np.ndarray or obs.dtype is not _FLOAT32:
+            obs = np.asarray(obs, dtype=np.float32)
+        return _new(ObsRecord, (tick, self.episode, now_s, obs, reward, terminated, truncated, applied))
 
     @property
     def e2e_ms(self) -> list[float]:
@@ -374,14 +387,9 @@ class Stepper:
     def finish(self) -> EpisodeSummary:
         """Summary of the episode that just ended (call once ``done`` is set)."""
         assert self._summary is not None
+        self._summary.length = self.tick_index
         self._summary.success = self._success
         return self._summary
-
-    def _emit(self, obs: Any, now_s: float, reward: float, terminated: bool, truncated: bool,
-              applied: AppliedAction | None) -> ObsRecord:
-        self._stamps[self.tick_index % self.stamp_memory] = now_s  # the last stamp_memory stamps are known
-        return _new(ObsRecord, (self.tick_index, self.episode, now_s, np.asarray(obs, dtype=np.float32), reward,
-                                terminated, truncated, applied))
 
     def _checked_box_plan(self, plan: Sequence[Any]) -> tuple[np.ndarray, ...] | None:
         """``plan`` as float32 action vectors if each has the action shape, is finite and within bounds."""
