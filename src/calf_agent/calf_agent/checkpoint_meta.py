@@ -16,6 +16,7 @@ import torch
 
 from calf_agent.agents import make_agent
 from calf_agent.errors import CheckpointError
+from calf_agent.plan_agent import MAX_LEAD_WINDOW
 from calf_core.errors import shown
 from calf_core.limits import MAX_ACTIONS, MAX_OBS_VALUES, MAX_PLAN_HORIZON
 
@@ -32,7 +33,7 @@ MAX_INT = (1 << 63) - 1
 SPEC_SIZES: dict[str, tuple[int, int]] = {
     'obs_dim': (1, MAX_OBS_DIM), 'n_actions': (1, MAX_ACTIONS), 'action_dim': (1, MAX_ACTIONS),
     'plan_horizon': (1, MAX_PLAN_HORIZON),
-    'lstm_size': (1, MAX_WIDTH), 'lead': (0, MAX_PLAN_HORIZON - 1),
+    'lstm_size': (1, MAX_WIDTH), 'lead': (0, MAX_PLAN_HORIZON - 1), 'lead_window': (0, MAX_LEAD_WINDOW),
 }
 
 

@@ -96,8 +96,9 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
     log, started = EpisodeLog(), 0
     feats: list[np.ndarray | None] = [None] * len(envs)
     seqs = np.zeros(len(envs), dtype=np.int64)
+    applied = np.full(len(envs), -1, dtype=np.int64)  # each observation's applied_obs_seq
     for i, env in enumerate(envs):
-        feats[i], seqs[i] = _start(env, histories[i], seed + started)
+        feats[i], seqs[i], applied[i] = _start(env, histories[i], seed + started)
         started += 1
     state = None
     state_reset = np.ones(len(envs), dtype=bool)
@@ -106,7 +107,8 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
             active = [i for i, f in enumerate(feats) if f is not None]
             state = _reset_state(state, state_reset)
             actions, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
-                                                 for f in feats]), state, deterministic=True, seq=seqs)
+                                                 for f in feats]), state, deterministic=True, seq=seqs,
+                                      applied_seq=applied)
             state_reset[:] = False
             for i in active:
                 action = actions[i]
@@ -114,7 +116,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                 if not (terminated or truncated):
                     sent = remembered_actions(action, 1, continuous, width, rep.history_element)[0]
                     feats[i] = histories[i].update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))
-                    seqs[i] = info['obs_seq']
+                    seqs[i], applied[i] = info['obs_seq'], info['applied_obs_seq']
                     continue
                 summary = envs[i].stepper.finish()
                 log.add(summary.episode_return, summary.length, summary.success, info['episode_e2e_ms'])
@@ -123,17 +125,19 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                 bar.update(1)
                 feats[i] = None
                 if started < episodes:
-                    feats[i], seqs[i] = _start(envs[i], histories[i], seed + started)
+                    feats[i], seqs[i], applied[i] = _start(envs[i], histories[i], seed + started)
                     state_reset[i] = True
                     started += 1
     return log.report('sim', profile.name, keep_samples, policy=str(policy_dir), seed=seed)
 
 
-def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int]:
-    """Reset ``env`` for a new episode: the first features and the tick of the observation."""
+def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int, int]:
+    """Reset ``env`` for a new episode: the first features, the tick of the observation and its
+    ``applied_obs_seq``."""
     obs, info = env.reset(seed=seed)
     rep = history.rep
-    return history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info)), int(info['obs_seq'])
+    features = history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info))
+    return features, int(info['obs_seq']), int(info['applied_obs_seq'])
 
 
 def _reset_state(state: Any, rows: np.ndarray) -> Any:

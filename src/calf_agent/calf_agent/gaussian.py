@@ -101,9 +101,9 @@ class GaussianAgent(nn.Module):
         return torch.maximum(torch.minimum(action, self.high), self.low)
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None
-            ) -> tuple[np.ndarray, None]:
-        """Clipped actions for raw features ``[obs_dim]`` or ``[B, obs_dim]``; state and seq are unused."""
+    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
+            applied_seq: Any = None) -> tuple[np.ndarray, None]:
+        """Clipped actions for raw features ``[obs_dim]`` or ``[B, obs_dim]``; state, seq and applied_seq are unused."""
         action = self.get_action_and_value(self.obs_norm(as_batch(obs)), deterministic=deterministic)[0]
         return self.clip(action).numpy(), None
 

@@ -9,6 +9,16 @@ action it holds). The rollout uses those actions there and copies them into the 
 arrives early therefore changes nothing, and one that arrives up to ``lead`` ticks late meets the
 states it predicted.
 
+The lead is adaptive with ``lead_window`` W > 0: each observation says which plan the env applied at its
+tick (``applied_obs_seq``), so ``seq - applied_obs_seq`` is how many ticks that plan's round trip took at
+most. The lead of the next plan is the shortest of the last W such round trips, less one: the element that
+runs first if this plan is as fast as the fastest recent one. Until an observation reports a plan, the
+fixed ``lead`` stands. Both worlds read the same sequence numbers, and no clock is shared. A lead one tick
+too long makes the env run a prediction one tick staler than it could; one tick too short makes the plan
+assume its own action where the previous plan's ran. On the double pendulum behind Wi-Fi-N, the fixed
+lead of the training link's p95 (2) kept 71 % of the clean return and the adaptive one 100 %
+(results/NOTES.md).
+
 Discrete and continuous (Box) actions plan alike: the base is an ``MlpAgent`` (plans ``[B, H]`` of
 indices) or a ``GaussianAgent`` or ``SacActor`` (plans ``[B, H, A]``, clipped to the bounds). The model needs a fully
 observed state, so the base acts on one plain observation.
@@ -34,8 +44,9 @@ from calf_agent.policies import MlpAgent, as_batch
 from calf_agent.sac import SacActor
 
 PlanState = tuple[Tensor]
-"""``(memory,)``, memory ``[1, B, 2 + H * A]``: a flag that a plan was sent, its obs seq, the plan
-(A = 1 for discrete actions). All zeros (a fresh episode) means no plan was sent yet."""
+"""``(memory,)``, memory ``[1, B, 2 + W + H * A]``: a flag that a plan was sent, its obs seq, the last W
+round trips the observations reported (0: none yet; W = ``lead_window``), the plan (A = 1 for discrete
+actions). All zeros (a fresh episode) means no plan was sent yet."""
 
 BaseAgent = MlpAgent | GaussianAgent | SacActor
 Action = int | list[float]
@@ -44,6 +55,10 @@ Action = int | list[float]
 
 PLANNER_BASES = (MlpAgent, GaussianAgent, SacActor)
 """The policies a model planner can plan with: single actions on the plain observation."""
+MAX_LEAD_WINDOW = 64
+"""Most round trips an adaptive lead remembers."""
+MAX_TRIP = 1 << 20
+"""Round trips are remembered up to this many ticks (float32 holds them exactly)."""
 
 
 class PlanningAgent(nn.Module):
@@ -55,13 +70,15 @@ class PlanningAgent(nn.Module):
     out, None for the plan's last element (hold last). ``disagreement_cut``: from the first element after the
     lead whose state the members disagree on by more than this (``dynamics.disagreement``), the plan is cut:
     that element and the rest are what the env would apply had the plan ended there (its hold rule).
+    ``lead_window``: the adaptive lead's memory of round trips (0: ``lead`` always).
     """
 
     kind = 'model_plan'
 
     def __init__(self, base: BaseAgent, model: dict[str, Any], plan_horizon: int, lead: int,
                  start_plan: list[Action], hold_action: Action | None = None,
-                 disagreement_cut: float | None = None, lengths: list[int] | None = None) -> None:
+                 disagreement_cut: float | None = None, lengths: list[int] | None = None,
+                 lead_window: int = 0) -> None:
         super().__init__()
         self.base = base
         if not isinstance(self.base, PLANNER_BASES) or self.base.plan_horizon != 1:
@@ -89,6 +106,10 @@ class PlanningAgent(nn.Module):
                 isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= plan_horizon for n in lengths)):
             raise ValueError(f'lengths must be plan lengths in 1..{plan_horizon}, got {lengths!r}')
         self.lengths = None if lengths is None else list(lengths)
+        if isinstance(lead_window, bool) or not isinstance(lead_window, int) \
+                or not 0 <= lead_window <= MAX_LEAD_WINDOW:
+            raise ValueError(f'lead_window must be an integer in [0, {MAX_LEAD_WINDOW}], got {lead_window!r}')
+        self.lead_window = lead_window
         self.obs_dim = self.base.obs_dim
 
     def _action_tensor(self, action: Action, name: str) -> Tensor:
@@ -109,6 +130,8 @@ class PlanningAgent(nn.Module):
             spec['hold_action'] = self.hold_action
         if self.lengths is not None:
             spec['lengths'] = self.lengths
+        if self.lead_window:
+            spec['lead_window'] = self.lead_window
         return spec if self.disagreement_cut is None else {**spec, 'disagreement_cut': self.disagreement_cut}
 
     def _env_action(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_plan: Tensor) -> Tensor:
@@ -124,43 +147,69 @@ class PlanningAgent(nn.Module):
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, state: PlanState | None = None, deterministic: bool = False,
-            seq: Any = None) -> tuple[np.ndarray, PlanState]:
+            seq: Any = None, applied_seq: Any = None) -> tuple[np.ndarray, PlanState]:
         """Plans ``[B, H]`` (or ``[B, H, A]``) for observations ``[B, obs_dim]`` taken at ticks ``seq`` ``[B]``.
 
         ``state`` is what the previous call returned (None, or zeroed rows, at episode starts).
+        ``applied_seq`` ``[B]``: each observation's ``applied_obs_seq`` (-1: no plan's element), which an
+        adaptive lead reads; without it (None) the lead stays where the reports so far left it.
         """
         if seq is None:
             raise ValueError('a model planner needs the tick (seq) of every observation')
         x = as_batch(obs)
         seq_t = torch.as_tensor(np.asarray(seq), dtype=torch.long).reshape(-1)
-        width = max(self.action_dim, 1)
+        width, window = max(self.action_dim, 1), self.lead_window
         memory = (state[0][0] if state is not None
-                  else torch.zeros(x.shape[0], 2 + self.plan_horizon * width))
+                  else torch.zeros(x.shape[0], 2 + window + self.plan_horizon * width))
         sent, prev_seq = memory[:, 0] > 0, memory[:, 1].long()
-        prev_plan = memory[:, 2:].view(-1, self.plan_horizon, width)
+        trips = self._round_trips(memory[:, 2:2 + window], seq_t, applied_seq)
+        lead = self._lead(trips)
+        prev_plan = memory[:, 2 + window:].view(-1, self.plan_horizon, width)
         prev_plan = prev_plan if self.continuous else prev_plan[..., 0].long()
         states = x[None].expand(self.model.members, -1, -1)
         cut = torch.zeros(len(x), dtype=torch.bool)
         length = self._length(torch.where(sent, seq_t - prev_seq, len(self.lengths or ())))
         plan: list[Tensor] = []
         for j in range(self.plan_horizon):
-            if j < self.lead:
+            env_side = j < lead  # [B]: the env runs an earlier plan (or its fallback) at this tick
+            if env_side.all():
                 action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
             else:
                 action = torch.as_tensor(self.base.act(states.mean(0), deterministic=deterministic)[0])
-                if plan:
-                    cut |= j >= length
+                if j:
+                    cut |= ~env_side & (j >= length)
                     if self.disagreement_cut is not None:
-                        cut |= disagreement(states, self.model.y_std) > self.disagreement_cut
+                        cut |= ~env_side & (disagreement(states, self.model.y_std) > self.disagreement_cut)
                     held = plan[-1] if self._hold is None else self._hold.to(action.dtype)
                     action = torch.where(_rows(cut, action), held, action)
+                if env_side.any():
+                    env_action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
+                    action = torch.where(_rows(env_side, action), env_action.to(action.dtype), action)
             plan.append(action)
             states = self.model.rollout_step(states, action)
         plans = torch.stack(plan, 1)
-        memory = torch.cat([torch.ones(len(plans), 1), seq_t.view(-1, 1).float(),
+        memory = torch.cat([torch.ones(len(plans), 1), seq_t.view(-1, 1).float(), trips.float(),
                             plans.float().reshape(len(plans), -1)], 1)
         return plans.numpy(), (memory.unsqueeze(0),)
 
+    def _round_trips(self, trips: Tensor, seq: Tensor, applied_seq: Any) -> Tensor:
+        """The last ``lead_window`` round trips ``[B, W]`` after this observation's report (``seq`` less the
+        ``applied_seq`` of the plan the env ran at its tick; none when it ran none)."""
+        if not self.lead_window or applied_seq is None:
+            return trips
+        applied = torch.as_tensor(np.asarray(applied_seq), dtype=torch.long).reshape(-1)
+        reported = (applied >= 0) & (applied < seq)
+        shifted = torch.cat([trips[:, 1:], (seq - applied).clamp(max=MAX_TRIP).view(-1, 1).to(trips.dtype)], 1)
+        return torch.where(reported.view(-1, 1), shifted, trips)
+
+    def _lead(self, trips: Tensor) -> Tensor:
+        """The lead ``[B]`` of each row's next plan: its shortest remembered round trip less one (the fixed lead
+        while it remembers none), within [0, H)."""
+        fixed = torch.full((len(trips),), self.lead, dtype=torch.long)
+        if not self.lead_window:
+            return fixed
+        shortest = torch.where(trips > 0, trips, torch.inf).amin(1)
+        return torch.where(shortest.isfinite(), shortest.nan_to_num(0).long() - 1, fixed).clamp(0, self.plan_horizon - 1)
 
     def _length(self, silence: Tensor) -> Tensor:
         """The plan length ``[B]`` after silences ``[B]`` of so many ticks (``lengths``; H without them)."""

@@ -116,7 +116,8 @@ def collect_planned(agent: PlanningAgent, env_name: str, profile: Profile, steps
         episode += 1
         state, done = None, False
         while not done and len(log.rows) < steps:
-            plan, state = agent.act(obs, state, deterministic=True, seq=[info['obs_seq']])
+            plan, state = agent.act(obs, state, deterministic=True, seq=[info['obs_seq']],
+                                    applied_seq=[info['applied_obs_seq']])
             obs, _, terminated, truncated, info = env.step(plan[0])
             done = terminated or truncated
     return log.transitions(steps, agent.continuous)
@@ -134,10 +135,11 @@ class PlannerConfig:
     refits: int = 2  # rounds of planner-driven data behind the network, each followed by a refit
     cut_quantile: float | None = 0.99  # the disagreement cut: this quantile of the held-out disagreement
     silence_lengths: bool = False  # automatic horizon: plans as long as the silence before them calls for
+    lead_window: int = 5  # the adaptive lead's memory of round trips (PlanningAgent); 0: the fixed lead
 
     def __post_init__(self) -> None:
-        if min(self.transitions, self.epochs, self.members) < 1 or self.refits < 0:
-            raise ValueError('transitions, epochs and members must be >= 1 and refits >= 0')
+        if min(self.transitions, self.epochs, self.members) < 1 or min(self.refits, self.lead_window) < 0:
+            raise ValueError('transitions, epochs and members must be >= 1, refits and lead_window >= 0')
         if self.cut_quantile is not None and not 0 < self.cut_quantile <= 1:
             raise ValueError(f'cut_quantile must be in (0, 1] or None, got {self.cut_quantile}')
 
@@ -191,7 +193,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     Round 0's data comes from the base policy on the bare env (with random actions, ``EXPLORE``); each refit
     round's from the planner itself behind ``network``, so that the model learns the states its plans lead to.
     The held-out data (fresh base-policy episodes) gives the open-loop error per tick recorded in meta.json and
-    calibrates the disagreement cut. An automatic ``plan_horizon`` (``AUTO``) plans over the tail of the link's
+    calibrates the disagreement cut. The rollout lead adapts to the round trips the observations report
+    (``cfg.lead_window``), starting from the training link's p95; a given ``lead`` is fixed instead. An automatic ``plan_horizon`` (``AUTO``) plans over the tail of the link's
     silences (``regimes.tail_horizon``) and is then cut to the ticks the fitted model predicts
     (``predictable_ticks``, on the held-out data). With ``cfg.silence_lengths`` its plans are also cut to the
     length the silence before them calls for (``regimes.silence_lengths`` of the same link:
@@ -214,6 +217,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     tail = None if coverage is None else tail_horizon(coverage)
     requested = plan_horizon
     plan_horizon = auto_horizon(tail, MAX_PLAN_HORIZON) if tail is not None else int(plan_horizon)
+    fixed_lead = lead
     if lead is None:
         lead = first_element(delay_ticks(profile, spec.dt)[1], plan_horizon)  # p95: the plan is there by then
     if not 0 <= lead < plan_horizon:
@@ -221,7 +225,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     torch.manual_seed(seed)
     actions = {'action_dim': base.action_dim} if not isinstance(base, MlpAgent) else {'n_actions': base.n_actions}
     model = EnsembleDynamics(base.obs_dim, **actions, hidden=cfg.hidden, members=cfg.members)
-    agent = PlanningAgent(base, model.spec(), plan_horizon, lead, start_plan, hold_action)
+    agent = PlanningAgent(base, model.spec(), plan_horizon, lead, start_plan, hold_action,
+                          lead_window=cfg.lead_window if fixed_lead is None else 0)
     agent.model = model
     rounds = cfg.refits + 1
     per_round = max(1, cfg.transitions // rounds)
@@ -263,7 +268,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     meta = {'env': env, 'regime': 'model planner', 'network': network, 'plan_horizon': plan_horizon,
             'representation': {'frames': 1, 'actions': 0},
             **({'start_plan': start_plan} if spec.safe_start else {}),
-            'planner': {'kind': 'model', 'lead': lead, 'base': str(base_dir), 'base_seed': base_meta.get('seed'),
+            'planner': {'kind': 'model', 'lead': lead, 'lead_window': agent.lead_window, 'base': str(base_dir), 'base_seed': base_meta.get('seed'),
                         'dynamics': dynamics}}
     if tail is not None:
         meta['planner']['horizon'] = {'requested': requested, 'tail_network': tail_name, 'tail_quantile': TAIL_QUANTILE,

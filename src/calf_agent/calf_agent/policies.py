@@ -112,9 +112,9 @@ class MlpAgent(nn.Module):
         return (*categorical_heads(self.logits(x), self.plan_horizon, action, mask=mask), self.get_value(x))
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None
-            ) -> tuple[np.ndarray, None]:
-        """Actions for one observation ``[obs_dim]`` or a batch ``[B, obs_dim]``; state and seq are unused."""
+    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
+            applied_seq: Any = None) -> tuple[np.ndarray, None]:
+        """Actions for one observation ``[obs_dim]`` or a batch ``[B, obs_dim]``; state, seq and applied_seq are unused."""
         logits = self.logits(as_batch(obs))
         return categorical_heads(logits, self.plan_horizon, None, deterministic)[0].numpy(), None
 
@@ -184,10 +184,10 @@ class LstmAgent(nn.Module):
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, state: LstmState | None = None, deterministic: bool = False,
-            seq: Any = None) -> tuple[np.ndarray, LstmState]:
+            seq: Any = None, applied_seq: Any = None) -> tuple[np.ndarray, LstmState]:
         """Actions for one step of ``[obs_dim]`` or ``[B, obs_dim]``; ``state=None`` starts episodes.
 
-        ``seq`` (the observations' ticks) is unused; model planners need it.
+        ``seq`` (the observations' ticks) and ``applied_seq`` are unused; model planners need them.
         """
         x = as_batch(obs)
         if state is None:

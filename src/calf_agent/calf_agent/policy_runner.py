@@ -88,7 +88,8 @@ class PolicyRunner:
             features, self._state = self._history.reset(obs, facts=facts), None
         else:
             features = self._history.update(obs, self._last_sent, facts=facts)
-        actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq)
+        actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq,
+                                              applied_seq=received.applied_obs_seq)
         remembered = min(self.rep.history_element, self.plan_horizon - 1)  # what the action history keeps
         if self.continuous:
             plan = np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)

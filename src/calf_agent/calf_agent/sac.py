@@ -118,9 +118,9 @@ class SacActor(nn.Module):
         return self.low + (unit + 1) * (0.5 * (self.high - self.low))
 
     @torch.inference_mode()
-    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None
-            ) -> tuple[np.ndarray, None]:
-        """Actions within the bounds for raw features ``[obs_dim]`` or ``[B, obs_dim]``; state and seq are unused."""
+    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
+            applied_seq: Any = None) -> tuple[np.ndarray, None]:
+        """Actions within the bounds for raw features ``[obs_dim]`` or ``[B, obs_dim]``; state, seq and applied_seq are unused."""
         x = self.obs_norm(as_batch(obs))
         unit = self.unit_mean(x) if deterministic else self.sample(x)[0]
         return self.scale(unit).numpy(), None

@@ -25,8 +25,8 @@ class RecordingAgent:
     action: int = 1
     calls: list[tuple[np.ndarray, Any]] = field(default_factory=list)
 
-    def act(self, obs: np.ndarray, state: Any = None, deterministic: bool = False, seq: Any = None
-            ) -> tuple[np.ndarray, int]:
+    def act(self, obs: np.ndarray, state: Any = None, deterministic: bool = False, seq: Any = None,
+            applied_seq: Any = None) -> tuple[np.ndarray, int]:
         self.calls.append((np.array(obs), state))
         shape = (1,) if self.plan_horizon == 1 else (1, self.plan_horizon)
         return np.full(shape, self.action), (state or 0) + 1

@@ -56,10 +56,10 @@ class RecordingAgent(MlpAgent):
         super().__init__(obs_dim, n_actions)
         self.inputs: list[np.ndarray] = []
 
-    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None
-            ) -> tuple[np.ndarray, None]:
+    def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
+            applied_seq: Any = None) -> tuple[np.ndarray, None]:
         self.inputs.append(np.array(obs))
-        return super().act(obs, state, deterministic, seq)
+        return super().act(obs, state, deterministic, seq, applied_seq)
 
 
 def facts(seq: int, applied_obs_seq: int, applied_index: int) -> ObsFacts:
