@@ -12,6 +12,7 @@ together, as one total delay per message.
 """
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -168,6 +169,11 @@ class SharedProcess:
 
     def meet(self, direction: int, send_s: float, t: float, rng: np.random.Generator) -> float | None:
         """The time a message of ``direction`` sent at ``send_s`` leaves the shared stages, met at ``t``."""
+        return self.arrival(direction, send_s, t, 0, rng)
+
+    def arrival(self, direction: int, send_s: float, t: float, size_bytes: int,
+                rng: np.random.Generator) -> float | None:
+        """``meet`` with a stage's ``arrival`` arguments after the direction (what ``SharedEnd`` calls)."""
         last = self._last_send_s
         last[direction] = send_s
         other = last[1 - direction]
@@ -184,12 +190,13 @@ class SharedEnd(SingleCopyStage):
 
     def __init__(self, process: SharedProcess, direction: int) -> None:
         self.process, self.direction = process, direction
+        self.arrival = functools.partial(process.arrival, direction)  # the method below, one call less per message
 
     def reset(self) -> None:
         self.process.reset()
 
     def arrival(self, send_s: float, arrive_s: float, size_bytes: int, rng: np.random.Generator) -> float | None:
-        return self.process.meet(self.direction, send_s, arrive_s, rng)
+        return self.process.arrival(self.direction, send_s, arrive_s, size_bytes, rng)
 
 
 @dataclass

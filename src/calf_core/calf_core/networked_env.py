@@ -51,6 +51,7 @@ ENV_ID = 'calf/Networked-v0'
 """The gymnasium id that builds a NetworkedEnv (``gym.make``, ``gym.make_vec``; registered by :mod:`calf_core.api`)."""
 MAX_EXECUTED_ARRAYS = 1024
 """Most ``info['executed']`` patterns a NetworkedEnv keeps made, to copy rather than build."""
+_INTS = frozenset({int, np.int64, np.int32})  # the action types step takes without an isinstance check
 _new = tuple.__new__  # builds a NamedTuple without its Python-level constructor
 
 
@@ -201,7 +202,7 @@ class NetworkedEnv(gym.Wrapper):
         if self._ended is None:
             record = self._decision
             assert record is not None, 'step() before reset()'
-            if self._one_int and (type(action) is int or isinstance(action, np.integer)):
+            if self._one_int and (type(action) in _INTS or isinstance(action, np.integer)):
                 action = int(action)
                 plan, checked = [action], 0 <= action < self._n_actions  # in range: the env need not check it again
             else:
