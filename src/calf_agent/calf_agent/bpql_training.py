@@ -6,7 +6,8 @@ completed transition goes to the replay buffer. As in SAC's loop, the first ``le
 act uniformly at random, then each decision is followed by one gradient step. The budget counts decisions,
 as SAC's does. The features are normalised by the actor's running statistics (saved with it), the true
 states by the critic's own (training only). The logs, the checkpoint and the result are SAC's, with
-``method: bpql`` in ``meta.json``.
+``method: bpql`` in ``meta.json``; so are its snapshots (``calf_agent.train_state``, BPQL's state normaliser
+included): a resumed run starts fresh episodes, its semi-MDPs empty.
 """
 from __future__ import annotations
 
@@ -25,16 +26,18 @@ from calf_agent.representation import HistoryWrapper, Representation
 from calf_agent.sac import SacActor, SacLearner
 from calf_agent.sac_training import CSV_FIELDS, LOG_EVERY, build_actor, explore, progress_row
 from calf_agent.seeding import seed_everything
+from calf_agent.train_state import EVERY_STEPS, ResumableLoop, Snapshots, check_resume, remove_snapshot
 from calf_agent.trainer import Episodes, TrainConfig, TrainResult, finish, run_log
 from calf_core.errors import ConfigError
 from calf_core.networked_env import NetworkedEnv
 
 
 def train_bpql(cfg: TrainConfig, make_env: Callable[[int], NetworkedEnv], rep: Representation, out_dir: Path,
-               progress: bool = True) -> TrainResult:
-    """Train BPQL on ``make_env(i)`` for i < ``cfg.num_envs`` seen through ``rep``; log and checkpoint into
-    ``out_dir`` as SAC does. ConfigError unless the env's actions are a Box of shape (A,)."""
+               progress: bool = True, resume: bool = False, snapshot_every: int = EVERY_STEPS) -> TrainResult:
+    """Train BPQL on ``make_env(i)`` for i < ``cfg.num_envs`` seen through ``rep``; log, snapshot and checkpoint
+    into ``out_dir`` as SAC does. ConfigError unless the env's actions are a Box of shape (A,)."""
     out_dir = Path(out_dir)
+    check_resume(out_dir, resume)
     rng = seed_everything(cfg.seed, cfg.torch_threads)
     raw = [make_env(i) for i in range(cfg.num_envs)]
     envs = [HistoryWrapper(env, rep) for env in raw]
@@ -45,15 +48,17 @@ def train_bpql(cfg: TrainConfig, make_env: Callable[[int], NetworkedEnv], rep: R
                               f'{space}: train it with --algo ppo')
         actor = build_actor(envs[0].observation_space, space, cfg.hidden)
         loop = _Loop(cfg, actor, envs, raw, rng)
-        loop.run(out_dir, progress)
+        loop.run(out_dir, progress, Snapshots(out_dir, snapshot_every), resume)
     finally:
         for env in envs:
             env.close()
     cfg = replace(cfg, meta={**cfg.meta, 'method': 'bpql'})
-    return finish(cfg, actor, out_dir, loop.global_step, loop.updates, loop.elapsed, loop.episodes, loop.solved)
+    result = finish(cfg, actor, out_dir, loop.global_step, loop.updates, loop.elapsed, loop.episodes, loop.solved)
+    remove_snapshot(out_dir)
+    return result
 
 
-class _Loop:
+class _Loop(ResumableLoop):
     """State of one run: acting, assembling transitions, updating and logging."""
 
     def __init__(self, cfg: TrainConfig, actor: SacActor, envs: list[HistoryWrapper], raw: list[NetworkedEnv],
@@ -72,20 +77,29 @@ class _Loop:
         self.elapsed = 0.0
         self.solved = False
 
-    def run(self, out_dir: Path, progress: bool) -> None:
-        """Drive the envs until the budget is spent or ``stop_return`` is reached."""
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self.buffer.arrays
+
+    def norms(self) -> dict[str, torch.nn.Module]:
+        return {'state_norm': self.state_norm}
+
+    def run(self, out_dir: Path, progress: bool, snapshots: Snapshots, resume: bool = False) -> None:
+        """Drive the envs until the budget is spent or ``stop_return`` is reached; ``resume``: from the snapshot,
+        on fresh episodes (seeded by the step)."""
         cfg, n = self.cfg, self.cfg.num_envs
-        start = time.perf_counter()
+        rows = self.resume(out_dir) if resume else []
+        snapshots.restart(self.global_step)
+        start = time.perf_counter() - self.elapsed
         features, seqs = [], []
         for i, env in enumerate(self.envs):
-            obs, info = env.reset(seed=cfg.seed * 1000 + i)
+            obs, info = env.reset(seed=cfg.seed * 1000 + i + self.global_step)
             features.append(np.asarray(obs, np.float32))
             seqs.append(int(info['obs_seq']))
         returns, lengths = np.zeros(n), np.zeros(n, np.int64)
         stats: dict[str, torch.Tensor] = {}
         total = -(-cfg.total_steps // n) * n
-        logged = 0
-        with run_log(out_dir, CSV_FIELDS, total, progress) as log:
+        logged = self.global_step
+        with run_log(out_dir, CSV_FIELDS, total, progress, rows) as log:
             while self.global_step < total:
                 x = np.stack(features)
                 self.actor.obs_norm.update(x)
@@ -113,10 +127,13 @@ class _Loop:
                     self.elapsed = time.perf_counter() - start
                     row = self._row(stats)
                     log.write(row, self.global_step - logged)
+                    rows.append(row)
                     logged = self.global_step
                     if cfg.stop_return is not None and row['episodic_return'] >= cfg.stop_return:
                         self.solved = True
                         break
+                    if self.global_step < total and snapshots.due(self.global_step):
+                        snapshots.write(*self.snapshot(rows), self.global_step)
         self.elapsed = time.perf_counter() - start
 
     def _explore(self, x: np.ndarray) -> np.ndarray:

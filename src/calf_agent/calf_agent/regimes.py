@@ -13,6 +13,7 @@ import numpy as np
 from calf_agent.bpql_training import train_bpql
 from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
 from calf_agent.task_training import for_task
+from calf_agent.train_state import EVERY_STEPS
 from calf_agent.trainer import (
     TrainConfig,
     TrainResult,
@@ -236,8 +237,8 @@ def _numpy_cartpole(spec: TaskSpec) -> bool:
 def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | None = None,
                  regime: str | None = None, rep: Representation | None = None, plan_horizon: int = 1,
                  progress: bool = True, mask_unexecuted: bool = True, plan_head: str = 'independent',
-                 num_envs: int | None = None, algo: str | None = None, smoothness: float | None = None
-                 ) -> TrainResult:
+                 num_envs: int | None = None, algo: str | None = None, smoothness: float | None = None,
+                 resume: bool = False, snapshot_every: int = EVERY_STEPS) -> TrainResult:
     """Train ``env`` behind ``network`` with ``algo`` (default: the spec's, else PPO) into ``out_dir``.
 
     Continuous-action envs train a Gaussian policy with ``continuous_defaults()`` under PPO, a SAC actor with
@@ -248,7 +249,8 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
     Plan policies (``plan_horizon > 1``) learn only from executed plan elements unless
     ``mask_unexecuted`` is False; an MLP plan actor is ``plan_head`` ('time': π(a | obs, j),
     'independent': one head per element; the LSTM agent always has independent heads). ``smoothness``
-    (SAC and BPQL): the weight of CAPS's temporal smoothness term in the actor's loss.
+    (SAC and BPQL): the weight of CAPS's temporal smoothness term in the actor's loss. SAC and BPQL snapshot
+    every ``snapshot_every`` env steps; ``resume`` continues from the snapshot (``calf_agent.train_state``).
     """
     if steps is not None and steps <= 0:
         raise ConfigError(f'--steps must be > 0, got {steps}')
@@ -276,5 +278,6 @@ def train_policy(env: str, network: str, seed: int, out_dir: Path, steps: int | 
         raise ConfigError(f'bad training settings: {err}') from None
     if cfg.algo == 'bpql':
         return train_bpql(cfg, lambda i: make_networked_env(env, profile, seed=seed * 1000 + i), rep, out_dir,
-                          progress=progress)
-    return train(cfg, vec_env_factory(env, profile, rep, seed, plan_horizon), out_dir, progress=progress)
+                          progress=progress, resume=resume, snapshot_every=snapshot_every)
+    return train(cfg, vec_env_factory(env, profile, rep, seed, plan_horizon), out_dir, progress=progress,
+                 resume=resume, snapshot_every=snapshot_every)

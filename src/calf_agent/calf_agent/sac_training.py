@@ -6,7 +6,9 @@ observations) with ``Box`` actions of shape ``(A,)``. Each vector step stores on
 not) and, once more than ``learning_starts`` (uniform random) transitions are stored, makes one gradient
 step per env. Observations are stored raw
 and normalised by the actor's running statistics when sampled; actions are stored in ``[-1, 1]``.
-The logs, the checkpoint (the actor and its normaliser) and the result are the PPO trainer's.
+The logs, the checkpoint (the actor and its normaliser) and the result are the PPO trainer's. Every
+``train_state.EVERY_STEPS`` env steps or ``EVERY_SECONDS`` it writes a snapshot that ``resume`` continues
+from (``calf_agent.train_state``), on a fresh episode.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from calf_agent.sac import ReplayBuffer, SacActor, SacLearner
 from calf_agent.seeding import seed_everything
+from calf_agent.train_state import EVERY_STEPS, ResumableLoop, Snapshots, check_resume, remove_snapshot
 from calf_agent.trainer import Episodes, TrainConfig, TrainResult, check_env, finish, run_log
 
 CSV_FIELDS = ('global_step', 'episodes', 'episodic_return', 'episodic_length', 'critic_loss', 'actor_loss',
@@ -30,19 +33,24 @@ LOG_EVERY = 1_000
 
 
 def train_sac(cfg: TrainConfig, make_vec_env: Callable[[int], gym.vector.VectorEnv], out_dir: Path,
-              progress: bool = True) -> TrainResult:
-    """Train SAC on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir`` as ``trainer.train_ppo`` does."""
+              progress: bool = True, resume: bool = False, snapshot_every: int = EVERY_STEPS) -> TrainResult:
+    """Train SAC on ``make_vec_env(cfg.num_envs)``; log and checkpoint into ``out_dir`` as ``trainer.train_ppo`` does,
+    with a snapshot every ``snapshot_every`` env steps at most. ``resume``: continue from the snapshot in
+    ``out_dir`` (ConfigError if there is none, or if there is one and ``resume`` is False)."""
     out_dir = Path(out_dir)
+    check_resume(out_dir, resume)
     rng = seed_everything(cfg.seed, cfg.torch_threads)
     envs = make_vec_env(cfg.num_envs)
     try:
         check_env(envs, cfg.num_envs)
         actor = build_actor(envs.single_observation_space, envs.single_action_space, cfg.hidden)
         loop = _Loop(cfg, actor, RecordEpisodeStatistics(envs), rng)
-        loop.run(out_dir, progress)
+        loop.run(out_dir, progress, Snapshots(out_dir, snapshot_every), resume)
     finally:
         envs.close()
-    return finish(cfg, actor, out_dir, loop.global_step, loop.updates, loop.elapsed, loop.episodes, loop.solved)
+    result = finish(cfg, actor, out_dir, loop.global_step, loop.updates, loop.elapsed, loop.episodes, loop.solved)
+    remove_snapshot(out_dir)
+    return result
 
 
 def build_actor(obs_space: gym.Space, action_space: gym.Space, hidden: tuple[int, ...]) -> SacActor:
@@ -62,7 +70,7 @@ def explore(actor: SacActor, obs: np.ndarray, uniform: bool, rng: np.random.Gene
         return actor.sample(actor.obs_norm(torch.from_numpy(obs)))[0].numpy()
 
 
-class _Loop:
+class _Loop(ResumableLoop):
     """State of one run: acting, storing, updating and logging."""
 
     def __init__(self, cfg: TrainConfig, actor: SacActor, envs: gym.vector.VectorEnv,
@@ -76,15 +84,23 @@ class _Loop:
         self.elapsed = 0.0
         self.solved = False
 
-    def run(self, out_dir: Path, progress: bool) -> None:
-        """Step the envs until the budget is spent or ``stop_return`` is reached."""
+    def arrays(self) -> dict[str, np.ndarray]:
+        b = self.buffer
+        return {'obs': b.obs, 'next_obs': b.next_obs, 'actions': b.actions, 'rewards': b.rewards,
+                'terminated': b.terminated}
+
+    def run(self, out_dir: Path, progress: bool, snapshots: Snapshots, resume: bool = False) -> None:
+        """Step the envs until the budget is spent or ``stop_return`` is reached; ``resume``: from the snapshot,
+        on a fresh episode (seeded by the step)."""
         cfg, sac, n = self.cfg, self.cfg.sac, self.cfg.num_envs
-        start = time.perf_counter()
-        obs = np.asarray(self.envs.reset(seed=cfg.seed)[0], dtype=np.float32)
+        rows = self.resume(out_dir) if resume else []
+        snapshots.restart(self.global_step)
+        start = time.perf_counter() - self.elapsed
+        obs = np.asarray(self.envs.reset(seed=cfg.seed + self.global_step)[0], dtype=np.float32)
         stats: dict[str, torch.Tensor] = {}
         total = -(-cfg.total_steps // n) * n  # the budget is a minimum: whole vector steps
-        logged = 0
-        with run_log(out_dir, CSV_FIELDS, total, progress) as log:
+        logged = self.global_step
+        with run_log(out_dir, CSV_FIELDS, total, progress, rows) as log:
             while self.global_step < total:
                 self.actor.obs_norm.update(obs)
                 unit = self._explore(obs)
@@ -106,10 +122,13 @@ class _Loop:
                     self.elapsed = time.perf_counter() - start
                     row = self._row(stats)
                     log.write(row, self.global_step - logged)
+                    rows.append(row)
                     logged = self.global_step
                     if cfg.stop_return is not None and row['episodic_return'] >= cfg.stop_return:
                         self.solved = True
                         break
+                    if self.global_step < total and snapshots.due(self.global_step):
+                        snapshots.write(*self.snapshot(rows), self.global_step)
         self.elapsed = time.perf_counter() - start
 
     def _explore(self, obs: np.ndarray) -> np.ndarray:

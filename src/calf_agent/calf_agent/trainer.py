@@ -20,7 +20,7 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,9 +210,9 @@ class Episodes:
 class RunLog:
     """One run's ``progress.csv`` rows, TensorBoard scalars and progress bar."""
 
-    def __init__(self, log: csv.DictWriter, writer: SummaryWriter, bar: tqdm, total_steps: int) -> None:
+    def __init__(self, log: csv.DictWriter, writer: SummaryWriter, bar: tqdm, total_steps: int, done: int = 0) -> None:
         self._log, self._writer, self._bar = log, writer, bar
-        self._done, self._total = 0, total_steps
+        self._done, self._total = done, total_steps
 
     def write(self, row: Mapping[str, float], steps: int) -> None:
         """Log ``row`` (its first field is the step) and advance the bar by ``steps``."""
@@ -227,16 +227,20 @@ class RunLog:
 
 
 @contextmanager
-def run_log(out_dir: Path, fields: tuple[str, ...], total_steps: int, progress: bool) -> Iterator[RunLog]:
+def run_log(out_dir: Path, fields: tuple[str, ...], total_steps: int, progress: bool,
+            resumed: Sequence[Mapping[str, float]] = ()) -> Iterator[RunLog]:
     """Open ``out_dir``'s progress.csv (kept if interrupted), TensorBoard events and progress bar over env
-    steps (``calf_core.progress`` decides whether it shows; ``progress=False`` never shows it)."""
+    steps (``calf_core.progress`` decides whether it shows; ``progress=False`` never shows it). ``resumed``: the
+    rows of the stopped run this one continues, written first; TensorBoard hides that run's later events."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    done = int(resumed[-1][fields[0]]) if resumed else 0
     with (atomic.replacing(out_dir / 'progress.csv', 'w', newline='') as csv_file,
-          SummaryWriter(str(out_dir / 'tb')) as writer,
-          progress_bars.bar(total_steps, 'step', allowed=progress) as bar):
+          SummaryWriter(str(out_dir / 'tb'), purge_step=done + 1 if resumed else None) as writer,
+          progress_bars.bar(total_steps, 'step', allowed=progress, initial=done) as bar):
         log = csv.DictWriter(csv_file, fields)
         log.writeheader()
-        yield RunLog(log, writer, bar, total_steps)
+        log.writerows(resumed)
+        yield RunLog(log, writer, bar, total_steps, done)
 
 
 def check_env(envs: gym.vector.VectorEnv, num_envs: int) -> None:

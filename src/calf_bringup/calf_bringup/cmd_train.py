@@ -17,6 +17,7 @@ from calf_agent.imitation import train_student
 from calf_agent.planner import AUTO, PlannerConfig, tail_network, train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
+from calf_agent.train_state import EVERY_SECONDS, EVERY_STEPS
 from calf_bringup.cli_args import MAX_ENVS, MAX_STEPS, count
 from calf_bringup.distributed import run_training, training_graph
 from calf_core import progress
@@ -92,7 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help='env steps between checkpoint + deterministic evaluation (eval.csv; default 10000)')
     dist.add_argument('--stop-return', type=float, default=0.0,
                       help='stop once an evaluation reaches this mean return (default 0: the whole budget)')
-    dist.add_argument('--resume', action='store_true', help='continue from the checkpoint in --out')
+    dist.add_argument('--resume', action='store_true',
+                      help='continue a stopped training in --out: a distributed one from its checkpoint, a SAC or '
+                           'BPQL one from its snapshot (train_state.safetensors), on a fresh episode')
     dist.add_argument('--key', metavar='FILE',
                       help=f'key file shared with the workers (mode 0600); default: the key in {KEY_ENV}, else '
                            f'OUT/{KEY_FILE} (created if missing; copy it to remote workers: calf worker --key)')
@@ -103,6 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help='run the workers as Ray actors on a cluster (ray: the running one, ray:local: start '
                            'one here, ray:HOST:PORT), frames through Ray\'s object store; needs Ray '
                            '(pip install -r requirements-ray.lock)')
+    parser.add_argument('--snapshot-every', type=count(1, MAX_STEPS), default=EVERY_STEPS, metavar='STEPS',
+                        help=f'sac, bpql: env steps between snapshots --resume continues from (also every '
+                             f'{EVERY_SECONDS / 60:g} min; default {EVERY_STEPS})')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
@@ -120,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
                           '--algo ppo')
     if args.workers is not None:
         return _train_distributed(args, network)
-    if args.learner_network or args.resume or args.sync != 'every' or args.key or args.cluster:
-        raise ConfigError('--sync, --learner-network, --resume, --key and --cluster need --workers N')
+    if args.learner_network or args.sync != 'every' or args.key or args.cluster:
+        raise ConfigError('--sync, --learner-network, --key and --cluster need --workers N')
+    if args.resume and (args.expert is not None or train_defaults(args.env, args.algo).algo not in SAC_ALGOS):
+        raise ConfigError('--resume continues a SAC or BPQL training from its snapshot (add --algo sac or bpql) or a '
+                          'distributed one (add --workers N)')
     if args.expert is not None:
         return _train_student(args, network)
     if args.ensemble is not None and args.planner != 'model':
@@ -131,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     rep = _representation(args, network)
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs,
-                          algo=args.algo, smoothness=args.smoothness)
+                          algo=args.algo, smoothness=args.smoothness, resume=args.resume,
+                          snapshot_every=args.snapshot_every)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
     return 0
