@@ -14,8 +14,8 @@ reduced precision against the state the worker holds (int8: a finer one if the c
 snapshot when that state is unknown or the reduced policy strays from the full one by more than
 ``kl_bound`` on the last batch (``delta``).
 With ``rounds`` (the learner node's default) an update trains on one batch of every live worker at once (a round: it
-starts when each worker heard from in the last ``live_s`` has a batch waiting, or ``round_wait_s`` after
-the round's first batch arrived), and with flow control every worker is paced from its admission: it
+starts when each worker heard from in the last ``round_wait_s`` has a batch waiting, or ``round_wait_s``
+after the round's first batch arrived), and with flow control every worker is paced from its admission: it
 pauses itself after each batch and is told to go on after the update that took it, so that it collects
 its next batch with the new weights (sent first). A round's batches are then all of the learner's
 version, on-policy as single-process PPO's rollout: a worker that went on collecting while the learner
@@ -134,8 +134,8 @@ class LearnerConfig:
     kl_bound: float = KL_BOUND  # a delta whose reduced policy strays this far from the full one is a snapshot (0: always)
     flow_control: bool = True  # pause workers whose batches would be superseded
     rounds: bool = False  # an update trains on one batch of every live worker (see the module doc; the nodes' default)
-    live_s: float = 6.0  # a worker not heard from (hello or batch) for this long is not waited for by a round
-    round_wait_s: float = 5.0  # a round goes ahead this long after its first batch without the missing ones
+    round_wait_s: float = 30.0  # a round goes ahead this long after its first batch without the missing batches,
+    # and does not wait for a worker not heard from (hello or batch) for this long
 
 
 class Learner:
@@ -375,7 +375,7 @@ class Learner:
             return [self.queue.popleft()]
         now = self.clock()
         waiting = {b.worker_id for b in self.queue}
-        live = {w for w, sync in self.workers.items() if now - sync.heard_s <= self.cfg.live_s}
+        live = {w for w, sync in self.workers.items() if now - sync.heard_s <= self.cfg.round_wait_s}
         if live - waiting and now - self._round_start_s < self.cfg.round_wait_s:
             return []
         batches = list(self.queue)

@@ -59,6 +59,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'flow_control': (True, 'pause workers whose batches the learner would supersede (with rounds: after each batch)'),
     'rounds': (True, 'each update trains on one batch of every live worker, each worker waiting after its batch for '
                      'the weights trained on it; false: one update per batch, workers collecting on'),
+    'round_wait_s': (30.0, 'a round goes ahead this long after its first batch without the missing ones, and does not '
+                           'wait for a worker not heard from for this long (seconds)'),
     'key_file': ('', f'file of the key shared with the workers (calf train --workers writes OUT/dist.key); '
                      f'empty: the key in {KEY_ENV}'),
     'max_workers': (MAX_WORKERS, 'workers admitted at most; hellos beyond are refused'),
@@ -72,6 +74,8 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
     """The run the parameters ``p`` describe; ConfigError names a bad value."""
     if not p['out']:
         raise ConfigError('no checkpoint directory: pass -p out:=DIR')
+    if p['round_wait_s'] <= 0:
+        raise ConfigError(f"round_wait_s must be > 0, got {p['round_wait_s']}")
     if p['kl_bound'] < 0:
         raise ConfigError(f"kl_bound must be >= 0, got {p['kl_bound']}")
     if min(p['steps'], p['eval_every'], p['eval_episodes'], p['chunk_bytes'], p['max_workers'],
@@ -98,7 +102,8 @@ def learner_config(p: dict[str, Any]) -> LearnerConfig:
                          eval_every=p['eval_every'], eval_episodes=p['eval_episodes'],
                          stop_return=p['stop_return'] or None, chunk_bytes=p['chunk_bytes'], resume=p['resume'],
                          key=load_key(p['key_file']), max_workers=p['max_workers'], precision=p['precision'],
-                         flow_control=p['flow_control'], kl_bound=p['kl_bound'], rounds=p['rounds'])
+                         flow_control=p['flow_control'], kl_bound=p['kl_bound'], rounds=p['rounds'],
+                         round_wait_s=p['round_wait_s'])
 
 
 class LearnerNode(Node):

@@ -61,10 +61,10 @@ ENV_CONFIG_KEYS = frozenset({'env', 'network', 'regime', 'representation', 'plan
 """What a learner's ``env_config`` holds: the workers' env settings."""
 MAX_NUM_STEPS = 4096
 """Most steps per env in one batch a learner may ask for."""
-PAUSE_TIMEOUT_S = 30.0
+PAUSE_TIMEOUT_S = 60.0
 """A worker told to pause collects again after this long without a word from the learner: longer than a round's
-wait and an update on a loaded machine (at 10 s, workers waiting for an InvertedPendulum-v5 round at load 15 went
-on with the old weights)."""
+wait (30 s) and an update on a loaded machine (at 10 s, workers waiting for an InvertedPendulum-v5 round at load 15
+went on with the old weights)."""
 
 
 def make_worker_envs(env_config: dict[str, Any], num_envs: int, seed: int) -> gym.vector.VectorEnv:
