@@ -1,11 +1,13 @@
 """The experiment harness: train every row × seed, evaluate every column, write tables and plots.
 
 Every training run and every evaluation is cached under ``OUT/cache/`` under a key naming its
-configuration, so an interrupted experiment resumes where it stopped. Runs go to a process pool,
-one job per core, or to Ray tasks on a cluster (``calf_bringup.experiment_cells``).
+configuration, so an interrupted experiment resumes where it stopped; a SAC or BPQL training stopped midway
+continues from its snapshot (``calf_agent.train_state``). Runs go to a process pool, one job per core, or to
+Ray tasks on a cluster (``calf_bringup.experiment_cells``).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -60,32 +62,88 @@ class EvalJob:
 def run_train(job: TrainJob, cache: Path) -> Path:
     """Train one checkpoint unless it is cached; written to a temporary folder, then renamed.
 
-    A model-planner or imitation job first trains (or finds) its Baseline job.
+    A model-planner or imitation job first trains (or finds) its Baseline job. A policy job continues the
+    newest snapshot a stopped run of it left (``claim_partial``).
     """
     from calf_agent.imitation import train_student
     from calf_agent.planner import RECIPES, train_planner
-    from calf_agent.regimes import default_representation, train_policy
+    from calf_agent.regimes import default_representation
+    from calf_agent.train_state import has_snapshot
     from calf_core.network import resolve_network
     final = cache / 'train' / job.key
     if (final / 'meta.json').is_file():
         return final
-    partial = final.with_name(f'{final.name}.partial{os.getpid()}')
-    shutil.rmtree(partial, ignore_errors=True)
-    rep = default_representation(job.env, resolve_network(job.row.network), job.row.delay_state)
-    if job.row.planner == 'model':
-        train_planner(run_train(job.base, cache), partial, job.row.network, job.row.plan_horizon, job.seed,
-                      cfg=RECIPES[job.row.model or 'ensemble'], progress=False)
-    elif job.row.planner == 'imitation':
-        train_student(run_train(job.base, cache), job.env, job.row.network, job.seed, partial, steps=job.steps,
-                      plan_horizon=job.row.plan_horizon, rep=rep, regime=job.row.name, progress=False)
-    else:
-        train_policy(job.env, job.row.network, job.seed, partial, steps=job.steps, regime=job.row.name, rep=rep,
-                     plan_horizon=job.row.plan_horizon, progress=False, algo=job.row.algo)
+    if job.row.planner in ('model', 'imitation'):
+        base = run_train(job.base, cache)  # before this job's folder is claimed: the base may take hours
+    partial, lock = claim_partial(final)
     try:
-        partial.rename(final)
-    except OSError:  # another worker finished the same job first
-        shutil.rmtree(partial, ignore_errors=True)
+        if job.row.planner == 'model':
+            train_planner(base, partial, job.row.network, job.row.plan_horizon, job.seed,
+                          cfg=RECIPES[job.row.model or 'ensemble'], progress=False)
+        elif job.row.planner == 'imitation':
+            rep = default_representation(job.env, resolve_network(job.row.network), job.row.delay_state)
+            train_student(base, job.env, job.row.network, job.seed, partial, steps=job.steps,
+                          plan_horizon=job.row.plan_horizon, rep=rep, regime=job.row.name, progress=False)
+        else:
+            train_job(job, partial, resume=has_snapshot(partial))
+        try:
+            partial.rename(final)
+        except OSError:  # another worker finished the same job first
+            shutil.rmtree(partial, ignore_errors=True)
+    finally:
+        os.close(lock)
     return final
+
+
+def train_job(job: TrainJob, out_dir: Path, resume: bool = False, snapshot_every: int | None = None) -> None:
+    """Train a policy job (not a planner or student) into ``out_dir``; ``resume``: from its snapshot (SAC, BPQL),
+    taken every ``snapshot_every`` env steps (default ``train_state.EVERY_STEPS``)."""
+    from calf_agent.regimes import default_representation, train_policy
+    from calf_agent.train_state import EVERY_STEPS
+    from calf_core.network import resolve_network
+    rep = default_representation(job.env, resolve_network(job.row.network), job.row.delay_state)
+    train_policy(job.env, job.row.network, job.seed, out_dir, steps=job.steps, regime=job.row.name, rep=rep,
+                 plan_horizon=job.row.plan_horizon, progress=False, algo=job.row.algo, resume=resume,
+                 snapshot_every=snapshot_every or EVERY_STEPS)
+
+
+def claim_partial(final: Path) -> tuple[Path, int]:
+    """This process's temporary folder for ``final``, ``<final>.partial<pid>``, locked (the descriptor of the
+    ``flock`` it holds is returned: close it when done).
+
+    The folders other runs of the job left are examined: one locked belongs to a live run and is left alone;
+    of the others (their process is gone) the one holding the newest snapshot becomes this run's folder, and
+    the rest are removed.
+    """
+    from calf_agent.train_state import SNAPSHOT
+    mine = final.with_name(f'{final.name}.partial{os.getpid()}')
+    stale: list[tuple[Path, int]] = []
+    for path in final.parent.glob(f'{final.name}.partial*'):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:  # gone meanwhile, or not a folder
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live run's
+            os.close(fd)
+            continue
+        stale.append((path, fd))
+    snapshots = [(path / SNAPSHOT).stat().st_mtime if (path / SNAPSHOT).is_file() else None for path, _ in stale]
+    newest = max((i for i, t in enumerate(snapshots) if t is not None), key=lambda i: snapshots[i], default=None)
+    for i, (path, fd) in enumerate(stale):
+        if i != newest:
+            shutil.rmtree(path, ignore_errors=True)
+            os.close(fd)
+    if newest is not None:
+        path, fd = stale[newest]
+        if path != mine:
+            path.rename(mine)
+        return mine, fd
+    mine.mkdir(parents=True)
+    fd = os.open(mine, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return mine, fd
 
 
 def run_eval(job: EvalJob, cache: Path, named: Path | None = None) -> dict[str, Any]:
