@@ -64,10 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
                         help='how plans are made: ppo (one head per element, loss on executed elements) or '
                              'model (PPO on the bare env plus a learned dynamics model rolled forward; '
-                             'the network sets the rollout lead); default ppo')
+                             'the rollout lead adapts to the round trips the observations report); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
-                        help='model planner: ticks before a plan can arrive (default: the network\'s p95 round trip in ticks, '
-                             'less one: the element that runs first then)')
+                        help='model planner: a fixed count of ticks before a plan can arrive (default: adaptive, the '
+                             'shortest of the last 5 reported round trips less one; before the first report, the '
+                             'network\'s p95 round trip in ticks less one)')
     parser.add_argument('--ensemble', type=count(1, MAX_MEMBERS), metavar='K',
                         help='model planner: dynamics models in the ensemble; plans follow their mean and are cut '
                              'where they disagree (default 5)')
