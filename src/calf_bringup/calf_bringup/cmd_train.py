@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help='run the workers as Ray actors on a cluster (ray: the running one, ray:local: start '
                            'one here, ray:HOST:PORT), frames through Ray\'s object store; needs Ray '
                            '(pip install -r requirements-ray.lock)')
-    parser.add_argument('--snapshot-every', type=count(1, MAX_STEPS), default=EVERY_STEPS, metavar='STEPS',
+    parser.add_argument('--snapshot-every', type=count(1, MAX_STEPS), metavar='STEPS',
                         help=f'sac, bpql: env steps between snapshots --resume continues from (also every '
                              f'{EVERY_SECONDS / 60:g} min; default {EVERY_STEPS})')
     parser.add_argument('--out', type=Path, required=True, help='checkpoint directory')
@@ -125,11 +125,16 @@ def run(args: argparse.Namespace) -> int:
     if args.algo in SAC_ALGOS and (args.workers is not None or args.planner == 'model'):
         raise ConfigError(f'--algo {args.algo} trains in one process: drop --workers and --planner model, or use '
                           '--algo ppo')
+    sac = (args.workers is None and args.expert is None and args.planner != 'model'
+           and train_defaults(args.env, args.algo).algo in SAC_ALGOS)
+    if args.snapshot_every is not None and not sac:
+        raise ConfigError('--snapshot-every spaces the snapshots of a single-process SAC or BPQL training: add '
+                          '--algo sac or bpql, or drop it')
     if args.workers is not None:
         return _train_distributed(args, network)
     if args.learner_network or args.sync != 'every' or args.key or args.cluster:
         raise ConfigError('--sync, --learner-network, --key and --cluster need --workers N')
-    if args.resume and (args.expert is not None or train_defaults(args.env, args.algo).algo not in SAC_ALGOS):
+    if args.resume and not sac:
         raise ConfigError('--resume continues a SAC or BPQL training from its snapshot (add --algo sac or bpql) or a '
                           'distributed one (add --workers N)')
     if args.expert is not None:
@@ -142,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     result = train_policy(args.env, network, args.seed, args.out, steps=args.steps, regime=args.regime,
                           rep=rep, plan_horizon=args.plan_horizon, progress=not args.quiet, num_envs=args.envs,
                           algo=args.algo, smoothness=args.smoothness, resume=args.resume,
-                          snapshot_every=args.snapshot_every)
+                          snapshot_every=args.snapshot_every or EVERY_STEPS)
     print(json.dumps({'out': str(result.out_dir), 'steps': result.global_steps,
                       'mean_return': result.mean_return, 'wall_time_s': round(result.wall_time_s, 1)}))
     return 0

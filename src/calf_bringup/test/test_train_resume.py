@@ -81,11 +81,13 @@ def test_a_killed_training_resumes_to_its_budget_with_its_buffer_and_alpha(algo:
     assert not (out / SNAPSHOT).exists() and not list(out.glob('.*.tmp'))
 
 
-def test_resume_without_a_snapshot_or_of_ppo_is_one_line_exit_2(tmp_path: Path,
+def test_resume_or_snapshots_without_a_snapshot_or_of_ppo_are_one_line_exit_2(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / 'run'
     assert main(['train', '--env', 'cartpole', '--resume', '--out', str(out)]) == 2
     assert 'SAC or BPQL' in capsys.readouterr().err
+    assert main(['train', '--env', 'cartpole', '--snapshot-every', '1000', '--out', str(out)]) == 2
+    assert 'SAC or BPQL' in capsys.readouterr().err and not out.exists()
     out.mkdir()
     assert main(['train', '--env', 'Pendulum-v1', '--algo', 'sac', '--steps', '10', '--resume', '--out', str(out)]) == 2
     err = capsys.readouterr().err
