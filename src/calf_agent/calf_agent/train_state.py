@@ -121,10 +121,10 @@ def load(out_dir: Path, config: Mapping[str, Any]) -> tuple[dict[str, Tensor], d
                           'delete it to train from the start') from None
     if not isinstance(state, dict) or state.get('format') != FORMAT:
         raise ConfigError(f'{path} is a training snapshot of another format: delete it to train from the start')
-    theirs = state.get('config')
+    theirs = state.get('config') if isinstance(state.get('config'), dict) else {}
     mine = json.loads(json.dumps(config))
     if theirs != mine:
-        keys = sorted(k for k in set(mine) | set(theirs or {}) if (theirs or {}).get(k) != mine.get(k))
+        keys = sorted(k for k in set(mine) | set(theirs) if theirs.get(k) != mine.get(k))
         raise ConfigError(f'{path} was written by a training with other settings ({", ".join(keys)}): resume with '
                           'the flags it was started with, or delete it to train from the start')
     return tensors, state

@@ -1,5 +1,6 @@
 """SAC and BPQL trainings stopped by SIGKILL continue from their snapshot (``calf train --resume``), and
-``calf experiment`` continues a job from the snapshot its stopped run left; a bad snapshot is one line, exit 2."""
+``calf experiment`` continues a job from the snapshot its stopped run left; a bad snapshot is one line, exit 2.
+Each step is logged once, in progress.csv and in TensorBoard."""
 from __future__ import annotations
 
 import csv
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from safetensors import safe_open
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.train_state import SNAPSHOT
@@ -63,6 +66,8 @@ def test_a_killed_training_resumes_to_its_budget_with_its_buffer_and_alpha(algo:
     assert state['global_step'] == 2000 and state['updates'] == 1000 and saved_rows == state['buffer']['size'] > 0
     assert saved_alpha != 1.0  # alpha was tuned before the snapshot
 
+    with SummaryWriter(str(out / 'tb')) as late:  # as if the killed run had logged beyond its snapshot
+        late.add_scalar('charts/alpha', 123.0, 3000)
     again = subprocess.run(train, env=ENV, capture_output=True, text=True, timeout=280)
     assert again.returncode == 2 and '--resume' in again.stderr and again.stderr.count('\n') == 1
 
@@ -76,6 +81,10 @@ def test_a_killed_training_resumes_to_its_budget_with_its_buffer_and_alpha(algo:
     with open(out / 'progress.csv', newline='') as stream:
         last = list(csv.DictReader(stream))[-1]
     assert math.isfinite(float(last['critic_loss'])) and float(last['alpha']) != saved_alpha  # it went on learning
+    events = EventAccumulator(str(out / 'tb'))
+    events.Reload()
+    alphas = [(e.step, e.value) for e in events.Scalars('charts/alpha')]
+    assert [step for step, _ in alphas] == [1000, 2000, 3000] and alphas[-1][1] == pytest.approx(float(last['alpha']))
     agent, meta = load_checkpoint(out)
     assert meta['steps'] == 3000 and agent.kind == 'sac'
     assert not (out / SNAPSHOT).exists() and not list(out.glob('.*.tmp'))
@@ -126,3 +135,16 @@ def test_an_experiment_job_resumes_the_newest_snapshot_its_stopped_runs_left(
     assert load_checkpoint(final)[1]['steps'] == 2000
     assert sorted(p.name for p in final.parent.iterdir()) == [final.name]  # the stopped runs' folders are gone
     assert sorted(p.name for p in final.iterdir()) == ['meta.json', 'policy.safetensors', 'progress.csv', 'tb']
+
+
+@pytest.mark.slow
+def test_a_snapshot_of_other_settings_is_one_line_naming_them(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / 'run'
+    argv = ['train', '--env', 'Pendulum-v1', '--algo', 'sac', '--steps', '2000', '--snapshot-every', '1000',
+            '--out', str(out), '--quiet']
+    _kill_after_snapshot(_calf(*argv, '--seed', '1'), out / SNAPSHOT)
+    assert main([*argv, '--seed', '0', '--resume']) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and f'{out / SNAPSHOT} was written by a training with other settings (seed)' in err
+    assert (out / SNAPSHOT).is_file() and not (out / 'meta.json').exists()
