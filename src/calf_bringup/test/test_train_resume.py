@@ -4,6 +4,7 @@ Each step is logged once, in progress.csv and in TensorBoard."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from torch.utils.tensorboard import SummaryWriter
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.train_state import SNAPSHOT
 from calf_bringup.cli import main
-from calf_bringup.experiment import TrainJob, run_train
+from calf_bringup.experiment import TrainJob, claim_partial, run_train
 from calf_bringup.experiment_specs import Row
 
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
@@ -148,3 +149,30 @@ def test_a_snapshot_of_other_settings_is_one_line_naming_them(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and f'{out / SNAPSHOT} was written by a training with other settings (seed)' in err
     assert (out / SNAPSHOT).is_file() and not (out / 'meta.json').exists()
+
+
+def test_a_job_claims_the_newest_stopped_snapshot_and_leaves_a_live_runs_folder_alone(tmp_path: Path) -> None:
+    final = tmp_path / 'train' / 'job'
+    live, newer, older, bare = (final.with_name(f'job.partial{n}') for n in (101, 102, 103, 104))
+    for folder in (live, newer, older, bare):
+        folder.mkdir(parents=True)
+    for folder, mtime in ((live, 300), (newer, 200), (older, 100)):
+        (folder / SNAPSHOT).write_text(folder.name)
+        os.utime(folder / SNAPSHOT, (mtime, mtime))
+    held = os.open(live, os.O_RDONLY | os.O_DIRECTORY)  # another run, alive: its folder is locked
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        mine, lock = claim_partial(final)
+        try:
+            assert mine == final.with_name(f'job.partial{os.getpid()}')
+            assert (mine / SNAPSHOT).read_text() == 'job.partial102'  # the newest stopped one, not the live one
+            assert sorted(p.name for p in final.parent.iterdir()) == sorted([live.name, mine.name])
+            probe = os.open(mine, os.O_RDONLY | os.O_DIRECTORY)
+            with pytest.raises(BlockingIOError):  # this run holds its folder
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.close(probe)
+        finally:
+            os.close(lock)
+    finally:
+        os.close(held)
+    assert (live / SNAPSHOT).read_text() == 'job.partial101'
