@@ -135,7 +135,8 @@ class PlannerConfig:
     refits: int = 2  # rounds of planner-driven data behind the network, each followed by a refit
     cut_quantile: float | None = 0.99  # the disagreement cut: this quantile of the held-out disagreement
     silence_lengths: bool = False  # automatic horizon: plans as long as the silence before them calls for
-    lead_window: int = 5  # the adaptive lead's memory of round trips (PlanningAgent); 0: the fixed lead
+    lead_window: int = 20  # the adaptive lead's memory of round trips (PlanningAgent); 0: the fixed lead
+    lead_quantile: float = 0.9  # which of them sets the lead (capped by the fixed lead)
 
     def __post_init__(self) -> None:
         if min(self.transitions, self.epochs, self.members) < 1 or min(self.refits, self.lead_window) < 0:
@@ -194,7 +195,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     round's from the planner itself behind ``network``, so that the model learns the states its plans lead to.
     The held-out data (fresh base-policy episodes) gives the open-loop error per tick recorded in meta.json and
     calibrates the disagreement cut. The rollout lead adapts to the round trips the observations report
-    (``cfg.lead_window``), starting from the training link's p95; a given ``lead`` is fixed instead. An automatic ``plan_horizon`` (``AUTO``) plans over the tail of the link's
+    (``cfg.lead_window``, ``cfg.lead_quantile``), at most the training link's p95 rule; a given ``lead`` is fixed
+    instead. An automatic ``plan_horizon`` (``AUTO``) plans over the tail of the link's
     silences (``regimes.tail_horizon``) and is then cut to the ticks the fitted model predicts
     (``predictable_ticks``, on the held-out data). With ``cfg.silence_lengths`` its plans are also cut to the
     length the silence before them calls for (``regimes.silence_lengths`` of the same link:
@@ -226,7 +228,7 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     actions = {'action_dim': base.action_dim} if not isinstance(base, MlpAgent) else {'n_actions': base.n_actions}
     model = EnsembleDynamics(base.obs_dim, **actions, hidden=cfg.hidden, members=cfg.members)
     agent = PlanningAgent(base, model.spec(), plan_horizon, lead, start_plan, hold_action,
-                          lead_window=cfg.lead_window if fixed_lead is None else 0)
+                          lead_window=cfg.lead_window if fixed_lead is None else 0, lead_quantile=cfg.lead_quantile)
     agent.model = model
     rounds = cfg.refits + 1
     per_round = max(1, cfg.transitions // rounds)
@@ -268,7 +270,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     meta = {'env': env, 'regime': 'model planner', 'network': network, 'plan_horizon': plan_horizon,
             'representation': {'frames': 1, 'actions': 0},
             **({'start_plan': start_plan} if spec.safe_start else {}),
-            'planner': {'kind': 'model', 'lead': lead, 'lead_window': agent.lead_window, 'base': str(base_dir), 'base_seed': base_meta.get('seed'),
+            'planner': {'kind': 'model', 'lead': lead, 'lead_window': agent.lead_window,
+                        'lead_quantile': agent.lead_quantile, 'base': str(base_dir), 'base_seed': base_meta.get('seed'),
                         'dynamics': dynamics}}
     if tail is not None:
         meta['planner']['horizon'] = {'requested': requested, 'tail_network': tail_name, 'tail_quantile': TAIL_QUANTILE,

@@ -81,6 +81,26 @@ def test_the_lead_is_the_shortest_remembered_round_trip_less_one(adaptive: Plann
         assert plan[0, :lead].tolist() == previous[seq - prev_seq:seq - prev_seq + lead].long().tolist()
 
 
+@pytest.mark.parametrize('quantile, trips, lead', [
+    (0.0, [3, 1, 5], 0),  # the shortest
+    (0.5, [3, 1, 5], 2),  # rank ceil(0.5 * 2) = 1 of the sorted 1, 3, 5
+    (1.0, [3, 1, 5], 4),  # the longest
+    (0.9, list(range(1, 12)), 9),  # rank ceil(0.9 * 10) = 9 exactly (floating point says 9.000000000000002)
+    (0.9, [2] * 19 + [7], 1),  # rank ceil(0.9 * 19) = 18 of 20: one late plan in 20 does not count
+])
+def test_the_lead_quantile_picks_its_rank_of_the_remembered_round_trips(quantile: float, trips: list[int],
+                                                                       lead: int, adaptive: PlanningAgent) -> None:
+    planner = PlanningAgent(adaptive.base, MODEL, 16, 15, [0, 1], lead_window=len(trips), lead_quantile=quantile)
+    remembered = torch.tensor([[float(t) for t in trips]])
+    assert planner._lead(remembered).tolist() == [lead]
+
+
+def test_the_fixed_lead_caps_the_adaptive_one_and_stands_until_a_report(adaptive: PlanningAgent) -> None:
+    planner = PlanningAgent(adaptive.base, MODEL, 16, 2, [0, 1], lead_window=4, lead_quantile=0.5)
+    remembered = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 6.0, 8.0], [0.0, 2.0, 1.0, 9.0]])
+    assert planner._lead(remembered).tolist() == [2, 2, 1]  # nothing yet; 7 capped at 2; rank 1 of 1, 2, 9
+
+
 def test_rows_keep_their_own_round_trips(adaptive: PlanningAgent) -> None:
     obs = np.stack([OBS, OBS])
     _, state = adaptive.act(obs, None, deterministic=True, seq=[0, 0], applied_seq=[-1, -1])
