@@ -67,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'the rollout lead adapts to the round trips the observations report); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
                         help='model planner: a fixed count of ticks before a plan can arrive (default: adaptive, the '
-                             'shortest of the last 5 reported round trips less one; before the first report, the '
-                             'network\'s p95 round trip in ticks less one)')
+                             '90th percentile of the last 20 reported round trips less one, at most the network\'s '
+                             'p95 round trip in ticks less one, which also stands before the first report)')
     parser.add_argument('--ensemble', type=count(1, MAX_MEMBERS), metavar='K',
                         help='model planner: dynamics models in the ensemble; plans follow their mean and are cut '
                              'where they disagree (default 5)')
