@@ -15,9 +15,19 @@ most. The lead of the next plan is the ``lead_quantile`` of the last W such roun
 more than the fixed ``lead`` (the training link's p95 rule), which stands until an observation reports a plan.
 Both worlds read the same sequence numbers, and no clock is shared. A lead too long makes the env run
 predictions staler than they could be; one too short makes a late plan assume its own actions where the
-previous plan's ran. On the double pendulum the 90th percentile of the last 20 kept about 95 % of the clean
-return behind Wi-Fi-N where the fixed lead kept 77 %, and as much as the fixed lead behind Wi-Fi-D, where
-shorter leads (the shortest round trip of the last 5) lost more than half of it (results/NOTES.md).
+previous plan's ran. On the double pendulum the 90th percentile of the last 20 kept 92 % of the clean return
+behind Wi-Fi-N where the fixed lead kept 77 %, and as much as the fixed lead behind Wi-Fi-D, where shorter
+leads (the shortest round trip of the last 5) lost more than half of it (results/NOTES.md).
+
+Discrete and continuous (Box) actions plan alike: the base is an ``MlpAgent`` (plans ``[B, H]`` of
+indices) or a ``GaussianAgent`` or ``SacActor`` (plans ``[B, H, A]``, clipped to the bounds). The model needs a fully
+observed state, so the base acts on one plain observation.
+
+It learns or uses only what a deployment has: the base policy and the dynamics model learn from
+the simulator, the fixed ``lead`` is one less than the training profile's p95 round trip in ticks (the plan
+element that runs first when the plan is that late: ``regimes.first_element``), the adaptive one reads the
+env's reports, and the actions before the first plan are the env side's own (the task's safe start plan,
+which the checkpoint asks the env to run, or its start plan, initial action and hold rule).
 """
 from __future__ import annotations
 
