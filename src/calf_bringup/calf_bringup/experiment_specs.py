@@ -10,7 +10,8 @@ class Row(NamedTuple):
     """One trained condition: a name, the profile it trains under, its plan horizon and planner.
 
     ``planner='model'`` wraps the Baseline row's checkpoint of the same seed in a model planner
-    (``calf_agent.planner``) whose rollout lead comes from ``network``; ``planner='imitation'`` trains a
+    (``calf_agent.planner``) fitted behind ``network``, whose rollout lead adapts to the link it runs on, at most
+    ``network``'s p95 round trip; ``planner='imitation'`` trains a
     student of that checkpoint behind ``network`` by DAgger (``calf_agent.imitation``). ``delay_state`` turns the
     delay state on or off in the representation (None: the default for the env and profile). ``algo``
     is the training algorithm, ppo or sac (None: the env's default, its spec's ``algo`` else ppo). A model
