@@ -17,29 +17,17 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from bench_distributed_split import CONFIG, median_ms
 
 from calf_agent.dist import wire
 from calf_agent.dist.wire import CHUNK_BYTES, Kind, Opener, Reassembler, Sealer, snapshot, split
 from calf_agent.dist.worker import RolloutWorker
 from calf_agent.policies import MlpAgent
-
-CONFIG = {'env': 'cartpole', 'network': 'sim_clean', 'regime': 'baseline',
-          'representation': {'frames': 1, 'actions': 0, 'obs_age': False}, 'plan_horizon': 1, 'num_steps': 32}
-RAY_CHUNK_BYTES = 1 << 20
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
+from calf_bringup.distributed_ray import RAY_CHUNK_BYTES
 
 
 def wire_at(rev: str) -> types.ModuleType:
