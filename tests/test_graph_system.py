@@ -56,9 +56,10 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope='module')
 def planner(policy: Path) -> Path:
-    """A model planner over ``policy``: plans of H = 8 whose first 3 elements repeat what runs until they arrive."""
+    """A model planner over ``policy``: plans of H = 8 with the adaptive lead, which reads the round trips the
+    observations report (``applied_obs_seq``), in Observation on the live graph as in NetworkedEnv's info."""
     out = policy.parent / 'planner'
-    train_planner(policy, out, 'wifi_degraded', plan_horizon=8, seed=0, lead=3,
+    train_planner(policy, out, 'wifi_degraded', plan_horizon=8, seed=0,
                   cfg=PlannerConfig(transitions=20_000, epochs=10), progress=False)
     return out
 
@@ -243,9 +244,9 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     applied_index and the virtual-time policy in info; and under
     shared_outage, whose stall and Gilbert-Elliott bursts are one process both directions meet, in the shim as in
     virtual time. Plans (H = 8,
-    from the model planner: CartPole with the env's start plan, InvertedPendulum-v5 with zero torque) run under
-    wifi_degraded, where their return depends on when each plan arrives: the same
-    planner with H = 4 and lead 1 scores about 40 there in virtual time, with H = 8 and lead 3 about 130.
+    from the model planner: CartPole with the env's start plan and the adaptive lead, InvertedPendulum-v5 with zero
+    torque and a fixed lead of 3) run under wifi_degraded, where their return depends on when each plan arrives
+    and, for the adaptive lead, on the round trips each observation reports.
 
     The ros graph runs at time scale 1. With the shim's delays run from the senders' stamps, the live
     pipeline costs 0.3-0.7 ms of real time per round trip at p50 beyond virtual time for a single action, and
