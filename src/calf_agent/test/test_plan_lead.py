@@ -46,7 +46,7 @@ def adaptive(base_dir: Path) -> PlanningAgent:
 
 def fixed_twin(agent: PlanningAgent, lead: int) -> PlanningAgent:
     """``agent`` with the same weights and a fixed ``lead``."""
-    twin = PlanningAgent(agent.base, agent.model.spec(), H, lead, agent.start_plan)
+    twin = PlanningAgent(agent.base, agent.model.spec(), agent.plan_horizon, lead, agent.start_plan, agent.hold_action)
     twin.model.load_state_dict(agent.model.state_dict())
     return twin.eval()
 
@@ -145,11 +145,9 @@ def test_sim_and_policy_side_plan_alike_behind_a_constant_delay(tmp_path: Path, 
                              progress=False)
     assert meta['planner']['lead'] == 3 and meta['planner']['lead_window'] == cfg.lead_window
     adaptive_agent, _ = load_checkpoint(tmp_path / 'adaptive')
-    twin = PlanningAgent(adaptive_agent.base, adaptive_agent.model.spec(), H, 3, adaptive_agent.start_plan,
-                         adaptive_agent.hold_action)
-    twin.model.load_state_dict(adaptive_agent.model.state_dict())
     saved = json.loads((tmp_path / 'adaptive' / 'meta.json').read_text())
-    save_checkpoint(tmp_path / 'fixed', twin.eval(), {k: v for k, v in saved.items() if k not in RESERVED})
+    save_checkpoint(tmp_path / 'fixed', fixed_twin(adaptive_agent, 3),
+                    {k: v for k, v in saved.items() if k not in RESERVED})
     adaptive_report = evaluate_sim(tmp_path / 'adaptive', link, episodes=3, seed=0)
     assert adaptive_report['returns'] == evaluate_sim(tmp_path / 'fixed', link, episodes=3, seed=0)['returns']
 
