@@ -149,14 +149,8 @@ SINGLE_MODEL = PlannerConfig(epochs=30, members=1, hidden=(64, 64), rollout=1, r
 """The planner before the ensemble: one small MLP on one-step changes of base-policy data. It fits in a
 fraction of the default's time and predicts tasks with smooth dynamics as well (CartPole, InvertedPendulum),
 but not the double pendulum."""
-SHORTEST_LEAD = {'lead_window': 5, 'lead_quantile': 0.0}
-"""The outage recipes' lead: the shortest of the last 5 round trips, less one. Over CartPole's single-model
-planners behind Outage-Burst it scored 481 against the default rule's 471; behind Wi-Fi-D on the double
-pendulum it lost more than half of the default's return (results/outages.md, results/NOTES.md), so only the
-recipes for outage links take it."""
-OUTAGE_MODEL = replace(SINGLE_MODEL, **SHORTEST_LEAD)
-RECIPES = {'ensemble': PlannerConfig(), 'single': SINGLE_MODEL, 'outage': OUTAGE_MODEL,
-           'outage-silence': replace(OUTAGE_MODEL, silence_lengths=True)}
+RECIPES = {'ensemble': PlannerConfig(), 'single': SINGLE_MODEL,
+           'single-silence': replace(SINGLE_MODEL, silence_lengths=True)}
 """The model planner's recipes by name (an experiment row's ``model``)."""
 
 

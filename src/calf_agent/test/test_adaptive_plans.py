@@ -16,7 +16,7 @@ from calf_agent.agents import make_agent
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import one_torch_thread
 from calf_agent.plan_agent import PlanningAgent
-from calf_agent.planner import RECIPES, auto_horizon, predictable_ticks, tail_network, train_planner
+from calf_agent.planner import SINGLE_MODEL, auto_horizon, predictable_ticks, tail_network, train_planner
 from calf_agent.regimes import plan_coverage, silence_lengths, tail_horizon
 from calf_core.envs import make_networked_env
 from calf_core.errors import ConfigError
@@ -127,17 +127,15 @@ def test_bad_plan_horizons_exit_2_with_one_line(argv: list[str], message: str, t
 def test_an_adaptive_planner_trains_and_runs_through_calf_eval(tmp_path: Path, base_dir: Path) -> None:
     """``auto:outage_burst``: the horizon covers Outage-Burst's tail, the checkpoint records why (and the lengths
     the silences call for, which whole plans do not cut to), and ``calf eval`` keeps the pole up behind the
-    outages, with the outage recipe's shortest-trip lead."""
+    outages."""
     out = tmp_path / 'adaptive'
-    meta = train_planner(base_dir, out, 'full_net_aware', 'auto:outage_burst', 0, cfg=RECIPES['outage'],
-                         progress=False)
+    meta = train_planner(base_dir, out, 'full_net_aware', 'auto:outage_burst', 0, cfg=SINGLE_MODEL, progress=False)
     horizon = meta['planner']['horizon']
     tail = tail_horizon(plan_coverage(resolve_network('outage_burst'), 0.02))
     assert horizon['tail_ticks'] == tail and meta['plan_horizon'] == min(tail, horizon['predictable_ticks']) > 16
     agent, saved = load_checkpoint(out)
     assert agent.plan_horizon == saved['plan_horizon'] == meta['plan_horizon']
     assert agent.lengths is None and horizon['plans_cut_by_silence'] is False
-    assert (agent.lead_window, agent.lead_quantile) == (5, 0.0)
     assert horizon['silence_lengths'][0] < horizon['silence_lengths'][-1] == agent.plan_horizon
     run = subprocess.run([sys.executable, '-m', 'calf_bringup.cli', 'eval', '--policy', str(out), '--backend', 'sim',
                           '--network', 'outage_burst', '--episodes', '10', '--json'],

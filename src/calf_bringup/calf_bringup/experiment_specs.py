@@ -169,8 +169,8 @@ TABLES['robots_half_cheetah'] = robots_table(
 # Outages (issue 31): Wi-Fi-D and the four harsh built-in profiles, whose outages last 100 ms to over a second.
 # Plans with the Table-4 horizon against plans whose horizon covers the silences of outage_burst, the harshest,
 # up to their 99.9th percentile (calf train --plan-horizon auto:outage_burst), whole or cut to the length the
-# silence before them calls for (--silence-lengths); all trained behind full_net_aware over the Baseline of the
-# same seed, with the single model and the shortest-trip lead of the outage recipes (planner.RECIPES).
+# silence before them calls for (--silence-lengths); all trained behind full_net_aware over the Baseline of the same seed, with the single-model
+# recipe (planner.RECIPES).
 OUTAGE_COLUMNS = (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-D', 'wifi_degraded'),
                   Column('Outage-Burst', 'outage_burst'), Column('Scan-Stall', 'scan_stall'),
                   Column('Congested-Uplink', 'congested_uplink'), Column('Shared-Outage', 'shared_outage'))
@@ -179,10 +179,10 @@ OUTAGE_COLUMNS = (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-D', 'wifi_degr
 def outages_table(name: str, env: str, steps: int, fixed_horizon: int) -> TableSpec:
     """An outages table for ``env``: Baseline, Full, plans with ``fixed_horizon`` and adaptive plans."""
     rows = (Row('Baseline', 'sim_clean'), Row('Full Net-Aware', 'full_net_aware'),
-            Row(f'Full + plans, H = {fixed_horizon}', 'full_net_aware', fixed_horizon, 'model', model='outage'),
-            Row('Adaptive plans (auto:outage_burst)', 'full_net_aware', 'auto:outage_burst', 'model', model='outage'),
+            Row(f'Full + plans, H = {fixed_horizon}', 'full_net_aware', fixed_horizon, 'model', model='single'),
+            Row('Adaptive plans (auto:outage_burst)', 'full_net_aware', 'auto:outage_burst', 'model', model='single'),
             Row('Adaptive plans, cut by silence', 'full_net_aware', 'auto:outage_burst', 'model',
-                model='outage-silence'))
+                model='single-silence'))
     return TableSpec(name, f'{env} behind outages: mean episode return (± std across seeds)', env, 'mean_return',
                      1.0, steps, rows, OUTAGE_COLUMNS, {}, (rows[0].name, OUTAGE_COLUMNS[0].name))
 
