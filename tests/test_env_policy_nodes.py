@@ -199,6 +199,33 @@ def test_no_episode_counts_before_a_policy_answers_and_acts(graph: Graph, checkp
         (result.episode, result.episode_return, result.actions_applied)
 
 
+def test_a_late_tick_happens_at_its_deadline(graph: Graph, tmp_path: Path) -> None:
+    """On a busy host the tick thread wakes after its deadline. An action that arrived after tick k's deadline but
+    before the thread ran tick k waits for tick k + 1, as in virtual time, where it arrived after tick k; the tick's
+    time (its observation's stamp, the E2E latencies) is the deadline. Each counted result says how many of its
+    actions came from each Action.source."""
+    results_file = tmp_path / 'results.jsonl'
+    env = env_node(graph, 'late', wait_for_policy=False, results_file=str(results_file))  # no subscriber: the
+    tick = env.config.tick_s  # node's own thread waits, and the test runs its ticks
+    env._tick(0.0)  # reset: observation 0
+    episode = env.stepper.episode
+    env._apply_action(0, episode, [1], 0.5 * tick, 'a')  # before tick 1's deadline: offered at once
+    assert env.stepper.executor.newest_seq == 0
+    env._tick(tick)
+    env._apply_action(1, episode, [0], 2.5 * tick, 'b')  # after tick 2's deadline, tick 2 not run yet
+    env._tick(2 * tick)
+    assert env.stepper.executor.newest_seq == 0  # tick 2 did not take it
+    env._tick(3 * tick)
+    assert env.stepper.executor.newest_seq == 1 and env.stepper.e2e_ms[-1] == pytest.approx(1.5 * tick * 1e3)
+    env._apply_action(1, episode, [0], 3.5 * tick, 'b')  # a duplicate, counted as sent
+    k = 4
+    while env.episodes_done == 0 and k < 1000:
+        env._tick(k * tick)
+        k += 1
+    [line] = [json.loads(line) for line in results_file.read_text().splitlines()]
+    assert (line['episode'], line['sources'], line['actions_applied']) == (episode, {'a': 1, 'b': 2}, 2)
+
+
 def test_env_without_a_policy_exits_after_policy_timeout_s(graph: Graph) -> None:
     graph.add(Probe(graph.context, 't', observe=True))
     env = env_node(graph, 't', policy_timeout_s=0.3)

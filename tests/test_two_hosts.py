@@ -289,20 +289,21 @@ def qdisc_stats(ns: str, dev: str) -> dict[str, Any]:
 
 
 def test_shim_on_the_edge_adds_its_profile_delay(hosts: Hosts, policy: Path, tmp_path: Path) -> None:
-    """delay_only: 25 ms each way, so the E2E p50 is 50 ms plus the real link and the policy's compute.
+    """delay_only: 25 ms each way, so the E2E p50 is 50 ms plus the real link and the policy's compute, and short of
+    the 100 ms the delay would cost if it were paid twice. Time scale 1: what the host's load adds to the real link
+    is not multiplied (how little it adds on a quiet host: bench/bench_parity.py).
 
     Its own link, in a domain of its own in case the shared one runs already (it is first, so it does not).
     """
-    scale = 2.0
-    skip_if_busy(0.02 / scale, realtime=True)  # the p50's upper bound is a timing verdict
-    link = Link(hosts, tmp_path, policy, '--network', 'delay_only', '--time-scale', str(scale),
+    skip_if_busy(0.02, realtime=True)
+    link = Link(hosts, tmp_path, policy, '--network', 'delay_only', '--time-scale', '1',
                 domain_id=int(os.environ.get('ROS_DOMAIN_ID', '0')) + 100)
     try:
         episode = link.wait_for(live_after(-1), 'episode with the policy in the loop')
     finally:
         link.stop()
-    p50_ms = float(np.median(episode['e2e_samples_ms'])) * scale
-    assert 50.0 <= p50_ms <= 75.0, episode['e2e_samples_ms']
+    p50_ms = float(np.median(episode['e2e_samples_ms']))
+    assert 50.0 <= p50_ms < 100.0, episode['e2e_samples_ms']
 
 
 def test_cartpole_episodes_cross_the_veth(hosts: Hosts, link: Link) -> None:

@@ -18,7 +18,8 @@ file says the count started); 0 for ``flat_edge``, which has no shim.
 
 ``placement`` places the policy (``calf_bringup.graph``). For ``hierarchical`` the loop is complete
 only once every sub-policy has been heard on ``/calf/edge/candidates``, so counting starts after
-that episode; the report adds the share of the env's actions that came from each sub-policy.
+that episode; the report adds the share of the env's actions that came from each sub-policy, as the env
+node counted them by ``Action.source`` (its results file's ``sources``).
 
 Latencies are measured in real time and multiplied by ``time_scale``, so the report is in the
 profile's units whatever the speed-up.
@@ -43,7 +44,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
 from calf_agent.hierarchy import load_hierarchy
-from calf_bringup.graph import CANDIDATES, EDGE, NAMESPACE, build_graph
+from calf_bringup.graph import CANDIDATES, NAMESPACE, build_graph
 from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph
 from calf_core import progress as progress_bars
@@ -102,28 +103,20 @@ class _Listener:
         self.sources = sources
         self.unheard = set(sources)
         self.ready_episode: int | None = None if sources else 0  # env episode when every source was heard
-        self.applied: Counter[tuple[int, str]] = Counter()  # (env episode, source) of the actions sent to the env
         node.create_subscription(LinkStats, SHIM_STATS_TOPIC, self._on_stats, RESULTS)
         if sources:
             node.create_subscription(Action, CANDIDATES, self._on_candidate, STREAM.profile())
-            node.create_subscription(Action, EDGE['action'], self._on_applied, STREAM.profile())
 
     def _on_candidate(self, msg: Action) -> None:
         self.unheard.discard(msg.source)
-        self._mark_ready(msg.episode)
+        if not self.unheard and self.ready_episode is None:
+            self.ready_episode = msg.episode
 
-    def _on_applied(self, msg: Action) -> None:
-        self.applied[msg.episode, msg.source] += 1
-        self._mark_ready(msg.episode)
-
-    def _mark_ready(self, episode: int) -> None:
-        """Ready once every source was heard and the env's action topic reaches this listener too."""
-        if not self.unheard and self.applied and self.ready_episode is None:
-            self.ready_episode = episode
-
-    def shares(self, episodes: set[int]) -> dict[str, float]:
-        """The share of each source among the actions sent to the env in ``episodes``."""
-        counts = Counter({source: n for (episode, source), n in self.applied.items() if episode in episodes})
+    def shares(self, seqs: range) -> dict[str, float]:
+        """The share of each source among the actions the env applied in the episodes ``seqs``."""
+        counts: Counter[str] = Counter()
+        for seq in seqs:
+            counts.update(self.results[seq].get('sources', {}))
         total = sum(counts.values()) or 1
         return {source: round(n / total, 4) for source, n in sorted(counts.items())}
 
@@ -218,8 +211,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
             log.add(result['episode_return'], result['length'], result['success'],
                     [sample * time_scale for sample in result['e2e_samples_ms']])
         log.obs_lost, log.actions_lost = (after[d] - before[d] for d in DIRECTIONS)
-        extra = {'forwarded_share': listener.shares({listener.results[seq]['episode'] for seq in counted})} \
-            if sources else {}
+        extra = {'forwarded_share': listener.shares(counted)} if sources else {}
         return log.report('ros', profile.name, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed,
                           graph=placement, **extra)
     finally:

@@ -11,6 +11,13 @@ warm-up ones; EpisodeResult.seq and ``episodes`` count only the episodes played 
 ``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
 here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
 up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
+
+A tick happens at its deadline, as in virtual time, however late the busy host wakes its thread: the
+observation is stamped with the deadline (the shim's delays run from that stamp), and an action that arrived
+after the deadline waits for the next tick instead of reaching this one. Each counted result in
+``results_file`` also says how many of the episode's actions came from each ``Action.source`` (``sources``:
+the share of each sub-policy under a hierarchy, counted where the actions are applied).
+
 Subclasses change the observation and action messages by overriding ``_open_topics`` and
 ``_publish_observation`` (``calf_env.adapter_env_node``: standard messages).
 """
@@ -21,9 +28,9 @@ import json
 import os
 import sys
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
@@ -42,6 +49,19 @@ from calf_ros.conversions import link_stats_msg, msg_to_plan, obs_to_msg, summar
 from calf_ros.losses import MiddlewareLosses
 from calf_ros.node_main import run_node
 from calf_ros.qos import RESULTS
+
+LATE_ACTIONS = 64  # actions held for the next tick while a late tick thread has not run the one before
+MAX_SOURCES = 16  # distinct Action.source names counted per episode (the rest are applied, not counted)
+SOURCE_VERDICTS = frozenset({Verdict.ACCEPTED, Verdict.STALE, Verdict.DUPLICATE})  # valid, of this episode
+
+
+class ArrivedAction(NamedTuple):
+    """An action as it arrived (``now``: when DDS received it, node seconds), for the stepper."""
+    obs_seq: int
+    episode: int
+    plan: Sequence[Any]
+    now: float
+    source: str
 
 
 class EnvNode(Node):
@@ -62,6 +82,9 @@ class EnvNode(Node):
         self._counting = False  # the current episode is one of the count (it started after the gate opened)
         self._lock, self._stop = threading.Lock(), threading.Event()
         self._window: list[float] = []
+        self._next_deadline = 0.0  # node seconds of the next tick the thread is to run
+        self._late: deque[ArrivedAction] = deque(maxlen=LATE_ACTIONS)
+        self._sources: Counter[str] = Counter()  # the current episode's offered actions per Action.source
         self._stats_seq = itertools.count()
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._t0_ns = self._clock.now().nanoseconds
@@ -113,8 +136,9 @@ class EnvNode(Node):
             if not self.gate.open:
                 self.get_logger().info(f'waiting for a policy: no episode counts before the first action arrives on '
                                        f'{self._action_topic()}; meanwhile {self._meanwhile()}')
+            self._next_deadline = start
             while not self._stop.wait(max(0.0, start + k * self.config.tick_s - self._now()[1])):
-                if not self._tick():
+                if not self._tick(start + k * self.config.tick_s):
                     return
                 k, previous = next_tick(k, self._now()[1] - start, self.config.tick_s), k
                 self.missed_ticks += k - previous - 1
@@ -123,11 +147,14 @@ class EnvNode(Node):
         finally:
             self.finished.set()
 
-    def _tick(self) -> bool:
-        """Reset or step, publish; return False once the last episode has ended (or no policy came)."""
-        ns, now = self._now()
+    def _tick(self, now: float) -> bool:
+        """Reset or step at the deadline ``now`` (node seconds), publish; return False once the last episode has
+        ended (or no policy came)."""
+        ns = self._t0_ns + round(now * 1e9)
         self.ticks += 1
         with self._lock:
+            verdicts = [self._offer(late) for late in self._due_late_actions(now)]
+            self._next_deadline = now + self.config.tick_s
             if self.gate.expired(now):
                 self.error = (f'no action arrived on {self._action_topic()} within {self.config.policy_timeout_s:g} s: '
                               f'start a policy in this ROS domain, or raise policy_timeout_s (0 waits forever)')
@@ -136,9 +163,13 @@ class EnvNode(Node):
             if self.stepper.done or first:
                 record = self.stepper.reset(now, self.config.seed if first else None)
                 self._counting = self.gate.open
+                self._sources.clear()
             else:
                 record = self.stepper.tick(now)
             summary = self.stepper.finish() if self.stepper.done else None
+            sources = dict(self._sources)
+        for late, verdict in verdicts:
+            self._judge(late.obs_seq, verdict)
         if first and self.config.wait_for_policy:
             self.get_logger().info(f'policy heard after {self.gate.waited_s:.1f} s: episode 0 of the count starts')
             self._write_result({'counting': True})
@@ -150,7 +181,7 @@ class EnvNode(Node):
             self.get_logger().info(f'episode 0 ended after {summary.length} ticks without an action applied: '
                                    f'not counted, it starts again')
             return True
-        return self._end_episode(summary, ns)
+        return self._end_episode(summary, ns, sources)
 
     def _action_topic(self) -> str:
         return self._action_sub.topic_name
@@ -162,13 +193,13 @@ class EnvNode(Node):
     def _publish_observation(self, record: ObsRecord, ns: int) -> None:
         self._obs_pub.publish(obs_to_msg(record, ns, self.run_id))
 
-    def _end_episode(self, summary: EpisodeSummary, ns: int) -> bool:
+    def _end_episode(self, summary: EpisodeSummary, ns: int, sources: dict[str, int]) -> bool:
         self._result_pub.publish(summary_to_msg(summary, self.episodes_done, ns))
         self._write_result({'seq': self.episodes_done, 'episode': int(summary.episode),
                             'episode_return': float(summary.episode_return), 'length': int(summary.length),
                             'success': bool(summary.success), 'actions_applied': int(summary.actions_applied),
                             'ticks_held': int(summary.ticks_held),
-                            'e2e_samples_ms': [float(x) for x in summary.e2e_ms]})
+                            'e2e_samples_ms': [float(x) for x in summary.e2e_ms], 'sources': sources})
         self.episodes_done += 1
         self.get_logger().info(
             f'episode {self.episodes_done - 1}: return {summary.episode_return:g}, length {summary.length}, '
@@ -190,21 +221,44 @@ class EnvNode(Node):
         except MessageError as err:
             self._reject(err)
             return
-        self._apply_action(action.obs_seq, action.episode, action.plan, now)
+        self._apply_action(action.obs_seq, action.episode, action.plan, now, action.source)
 
     def _reject(self, err: MessageError) -> None:
         self.rejected += 1
         self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
 
-    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float) -> None:
-        """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``;
-        one the stepper refuses (out of the action space) is rejected like a malformed message."""
+    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float, source: str = '') -> None:
+        """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``, or hold
+        it for the next tick if it arrived after the deadline of the tick the thread has not run yet; one the
+        stepper refuses (out of the action space) is rejected like a malformed message."""
+        action = ArrivedAction(obs_seq, episode, plan, now, source)
         with self._lock:
             self.gate.heard(now)
-            measured = len(self.stepper.e2e_ms)
-            verdict = self.stepper.on_action(obs_seq, episode, plan, now)
-            self._window.extend(self.stepper.e2e_ms[measured:])
+            if now > self._next_deadline:
+                self._late.append(action)
+                return
+            verdict = self._offer(action)[1]
+        self._judge(obs_seq, verdict)
+
+    def _due_late_actions(self, deadline: float) -> list[ArrivedAction]:
+        """The held actions that arrived by ``deadline``, in order of arrival; the others stay held."""
+        due = sorted((action for action in self._late if action.now <= deadline), key=lambda action: action.now)
+        if due:
+            self._late = deque((action for action in self._late if action.now > deadline), maxlen=LATE_ACTIONS)
+        return due
+
+    def _offer(self, action: ArrivedAction) -> tuple[ArrivedAction, Verdict]:
+        """Hand an action to the stepper (the lock held); count it by source if it answers this episode."""
+        measured = len(self.stepper.e2e_ms)
+        verdict = self.stepper.on_action(action.obs_seq, action.episode, action.plan, action.now)
+        self._window.extend(self.stepper.e2e_ms[measured:])
         self.verdicts[verdict] += 1
+        counted = action.source in self._sources or len(self._sources) < MAX_SOURCES
+        if verdict in SOURCE_VERDICTS and counted:
+            self._sources[action.source] += 1
+        return action, verdict
+
+    def _judge(self, obs_seq: int, verdict: Verdict) -> None:
         if verdict is Verdict.INVALID:
             self._reject(MessageError(f'action for obs {obs_seq}: outside the action space '
                                       f'{self.stepper.env.action_space}'))
