@@ -153,7 +153,7 @@ class EnvNode(Node):
         ns = self._t0_ns + round(now * 1e9)
         self.ticks += 1
         with self._lock:
-            verdicts = [self._offer(late) for late in self._due_late_actions(now)]
+            verdicts = [(late, self._offer(late)) for late in self._due_late_actions(now)]
             self._next_deadline = now + self.config.tick_s
             if self.gate.expired(now):
                 self.error = (f'no action arrived on {self._action_topic()} within {self.config.policy_timeout_s:g} s: '
@@ -237,7 +237,7 @@ class EnvNode(Node):
             if now > self._next_deadline:
                 self._late.append(action)
                 return
-            verdict = self._offer(action)[1]
+            verdict = self._offer(action)
         self._judge(obs_seq, verdict)
 
     def _due_late_actions(self, deadline: float) -> list[ArrivedAction]:
@@ -247,7 +247,7 @@ class EnvNode(Node):
             self._late = deque((action for action in self._late if action.now > deadline), maxlen=LATE_ACTIONS)
         return due
 
-    def _offer(self, action: ArrivedAction) -> tuple[ArrivedAction, Verdict]:
+    def _offer(self, action: ArrivedAction) -> Verdict:
         """Hand an action to the stepper (the lock held); count it by source if it answers this episode."""
         measured = len(self.stepper.e2e_ms)
         verdict = self.stepper.on_action(action.obs_seq, action.episode, action.plan, action.now)
@@ -256,7 +256,7 @@ class EnvNode(Node):
         counted = action.source in self._sources or len(self._sources) < MAX_SOURCES
         if verdict in SOURCE_VERDICTS and counted:
             self._sources[action.source] += 1
-        return action, verdict
+        return verdict
 
     def _judge(self, obs_seq: int, verdict: Verdict) -> None:
         if verdict is Verdict.INVALID:
