@@ -119,10 +119,12 @@ def graph() -> Graph:
 @pytest.mark.parametrize('k, elapsed_s, expected', [
     (0, 0.001, 1),  # on time
     (0, 0.0075, 1),  # tick 1 is due: run it now
-    (0, 0.0125, 2),  # tick 1 was missed by a whole tick: skip it
+    (0, 0.0125, 1),  # tick 1 was missed by a whole tick: it still runs, then tick 2 straight after
     (3, 0.016, 4),
+    (0, 0.0525, 1),  # 10 deadlines passed: all run
+    (0, 0.0575, 11),  # 11: too far behind to catch up, skip to the latest
 ])
-def test_next_tick_skips_whole_missed_deadlines(k: int, elapsed_s: float, expected: int) -> None:
+def test_next_tick_runs_missed_deadlines_unless_too_far_behind(k: int, elapsed_s: float, expected: int) -> None:
     assert next_tick(k, elapsed_s, 0.005) == expected
 
 

@@ -9,8 +9,10 @@ too slow to act in it). ``results_file`` gets each counted result as a JSON line
 --backend ros`` reads: no DDS discovery to miss). Its episode index in messages keeps counting from the
 warm-up ones; EpisodeResult.seq and ``episodes`` count only the episodes played with a policy. Ticks run on their own thread at absolute deadlines
 ``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
-here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
-up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
+here, the thread stayed within a few ms. A deadline the thread wakes a whole tick late for is missed, but
+its tick still runs, back to back with the next (``env_config.next_tick``): skipping it paused the world for
+a tick and gave every action in flight a tick more to arrive. Times are steady-clock seconds since the node
+started; stamps that clock in ns.
 
 A tick happens at its deadline, as in virtual time, however late the busy host wakes its thread: the
 observation is stamped with the deadline (the shim's delays run from that stamp), and an action that arrived
@@ -77,7 +79,9 @@ class EnvNode(Node):
         self.verdicts: Counter[Verdict] = Counter()
         self.actions_received = self.rejected = 0
         self.losses = MiddlewareLosses()  # actions lost before the action callback (LinkStats.dropped_middleware)
-        self.episodes_done = self.missed_ticks = self.ticks = 0
+        self.episodes_done = self.ticks = 0
+        self.missed_ticks = 0  # deadlines whose tick ran a whole tick late or was skipped
+        self.skipped_ticks = 0  # deadlines with no tick: the thread was too far behind (next_tick)
         self.gate = StartGate(cfg.wait_for_policy, cfg.policy_timeout_s)
         self._counting = False  # the current episode is one of the count (it started after the gate opened)
         self._lock, self._stop = threading.Lock(), threading.Event()
@@ -137,10 +141,14 @@ class EnvNode(Node):
                 self.get_logger().info(f'waiting for a policy: no episode counts before the first action arrives on '
                                        f'{self._action_topic()}; meanwhile {self._meanwhile()}')
             self._next_deadline = start
-            while not self._stop.wait(max(0.0, start + k * self.config.tick_s - self._now()[1])):
-                if not self._tick(start + k * self.config.tick_s):
+            tick_s = self.config.tick_s
+            while not self._stop.wait(max(0.0, start + k * tick_s - self._now()[1])):
+                if self._now()[1] - (start + k * tick_s) >= tick_s:
+                    self.missed_ticks += 1
+                if not self._tick(start + k * tick_s):
                     return
-                k, previous = next_tick(k, self._now()[1] - start, self.config.tick_s), k
+                k, previous = next_tick(k, self._now()[1] - start, tick_s), k
+                self.skipped_ticks += k - previous - 1
                 self.missed_ticks += k - previous - 1
         except Exception as err:  # noqa: BLE001 (after a shutdown, publishing fails: not an error)
             self.error = f'tick failed: {" ".join(str(err).split())}' if self.context.ok() else None
@@ -204,7 +212,7 @@ class EnvNode(Node):
         self.get_logger().info(
             f'episode {self.episodes_done - 1}: return {summary.episode_return:g}, length {summary.length}, '
             f'e2e p50 {summary.e2e_percentile(50):.1f} ms, held {summary.ticks_held}, '
-            f'{self.missed_ticks} of {self.ticks + self.missed_ticks} tick deadlines missed')
+            f'{self.missed_ticks} of {self.ticks + self.skipped_ticks} tick deadlines missed')
         if self.config.episodes == 0 or self.episodes_done < self.config.episodes:
             return True
         self._publish_stats()
