@@ -27,7 +27,7 @@ from rclpy.executors import SingleThreadedExecutor
 from ros_helpers import Lines, new_context, spin_until, untrained_cartpole_policy
 
 from calf_agent.evaluate import evaluate_sim
-from calf_agent.planner import PlannerConfig, train_planner
+from calf_agent.planner import PlannerConfig, train_planner, with_feedback
 from calf_agent.regimes import train_policy
 from calf_agent.representation import Representation
 from calf_bringup import cli
@@ -85,6 +85,13 @@ def continuous_planner(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train_planner(base, out, 'wifi_degraded', plan_horizon=8, seed=0, lead=3,
                   cfg=PlannerConfig(transitions=10_000, epochs=10), progress=False)
     return out
+
+
+@pytest.fixture(scope='module')
+def continuous_feedback_planner(continuous_planner: Path) -> Path:
+    """``continuous_planner`` with feedback plans: their gains and predicted observations in Action.feedback_*, each
+    element corrected by the env's own observation as it applies it."""
+    return with_feedback(continuous_planner, continuous_planner.parent / 'feedback_planner')
 
 
 @pytest.fixture(scope='module')
@@ -230,6 +237,7 @@ def test_nodes_die_with_a_killed_calf_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize('checkpoint, network', [('policy', 'wifi_normal'), ('planner', 'wifi_degraded'),
                                                  ('continuous_policy', 'wifi_normal'),
                                                  ('continuous_planner', 'wifi_degraded'),
+                                                 ('continuous_feedback_planner', 'wifi_degraded'),
                                                  ('sac_policy', 'wifi_normal'),
                                                  ('delay_state_policy', 'wifi_normal'),
                                                  ('policy', 'shared_outage')])
@@ -245,7 +253,8 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     shared_outage, whose stall and Gilbert-Elliott bursts are one process both directions meet, in the shim as in
     virtual time. Plans (H = 8,
     from the model planner: CartPole with the env's start plan and the adaptive lead, InvertedPendulum-v5 with zero
-    torque and a fixed lead of 3) run under wifi_degraded, where their return depends on when each plan arrives
+    torque and a fixed lead of 3, open loop and with feedback) run under wifi_degraded, where their return depends
+    on when each plan arrives
     and, for the adaptive lead, on the round trips each observation reports.
 
     The ros graph runs at time scale 1. With the shim's delays run from the senders' stamps, the live

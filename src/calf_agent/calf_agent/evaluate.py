@@ -12,6 +12,7 @@ import torch
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.gaussian import acts_continuously
+from calf_agent.plan_agent import plan_actions, plan_row
 from calf_agent.policy_runner import check_action_space, check_observation_size
 from calf_agent.representation import (
     HistoryFeatures,
@@ -106,13 +107,14 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
         while any(f is not None for f in feats):
             active = [i for i, f in enumerate(feats) if f is not None]
             state = _reset_state(state, state_reset)
-            actions, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
-                                                 for f in feats]), state, deterministic=True, seq=seqs,
-                                      applied_seq=applied)
+            plans, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
+                                               for f in feats]), state, deterministic=True, seq=seqs,
+                                     applied_seq=applied)
+            actions = plan_actions(plans)
             state_reset[:] = False
             for i in active:
                 action = actions[i]
-                obs, _, terminated, truncated, info = envs[i].step(action)
+                obs, _, terminated, truncated, info = envs[i].step(plan_row(plans, i))
                 if not (terminated or truncated):
                     sent = remembered_actions(action, 1, continuous, width, rep.history_element)[0]
                     feats[i] = histories[i].update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))

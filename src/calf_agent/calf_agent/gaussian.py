@@ -100,6 +100,11 @@ class GaussianAgent(nn.Module):
         """``action`` clipped to the bounds, as it is executed."""
         return torch.maximum(torch.minimum(action, self.high), self.low)
 
+    def mean_action(self, obs: Tensor) -> Tensor:
+        """The deterministic (mean) first actions ``[B, A]``, clipped to the bounds, for raw features ``[B, obs_dim]``,
+        differentiably."""
+        return self.clip(self.actor_mean(self.obs_norm(obs))[:, :self.action_dim])
+
     @torch.inference_mode()
     def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
             applied_seq: Any = None) -> tuple[np.ndarray, None]:

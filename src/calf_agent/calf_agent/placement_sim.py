@@ -31,7 +31,7 @@ from calf_core.events import ACTION, OBS, TICK, BusyPolicy, Event, EventQueue
 from calf_core.link import Link
 from calf_core.networked_env import MESSAGE_OVERHEAD_BYTES
 from calf_core.profiles import Profile, load_profile
-from calf_core.timing import EpisodeSummary, ObsRecord, ReceivedObservation, Stepper, keep_newest
+from calf_core.timing import EpisodeSummary, ObsRecord, ReceivedObservation, Stepper, keep_newest, split_plan
 
 
 def evaluate_placement_sim(placement: str, policy: Path | str, profile: Profile, episodes: int, seed: int,
@@ -140,10 +140,11 @@ class HierarchySim:
         for arrive_s in arrivals:
             self._queue.push(_ns(arrive_s), ACTION, (desktop.name, record, plan))
 
-    def _arrive(self, name: str, record: ObsRecord, plan: list[int], now_ns: int) -> None:
+    def _arrive(self, name: str, record: ObsRecord, plan: Any, now_ns: int) -> None:
         """An action of sub-policy ``name`` reaches the arbiter, which may pass it to the env."""
         if self.arbiter.on_action(name, record.episode, record.seq, now_ns / 1e9).forward:
-            self.stepper.on_action(record.seq, record.episode, plan, now_ns / 1e9)
+            actions, feedback = split_plan(plan)
+            self.stepper.on_action(record.seq, record.episode, actions, now_ns / 1e9, feedback=feedback)
 
 
 @one_torch_thread()

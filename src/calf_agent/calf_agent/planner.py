@@ -15,11 +15,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.checkpoint import RESERVED, load_checkpoint, save_checkpoint
 from calf_agent.dynamics import EnsembleDynamics, FitConfig, Transitions, fit, open_loop
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import one_torch_thread
-from calf_agent.plan_agent import PLANNER_BASES, Action, BaseAgent, PlanningAgent
+from calf_agent.plan_agent import PLANNER_BASES, Action, BaseAgent, PlanningAgent, plan_row
 from calf_agent.policies import MlpAgent
 from calf_agent.regimes import TAIL_QUANTILE, delay_ticks, first_element, plan_coverage, silence_lengths, tail_horizon
 from calf_core.envs import env_spec, make_env, make_networked_env
@@ -116,9 +116,9 @@ def collect_planned(agent: PlanningAgent, env_name: str, profile: Profile, steps
         episode += 1
         state, done = None, False
         while not done and len(log.rows) < steps:
-            plan, state = agent.act(obs, state, deterministic=True, seq=[info['obs_seq']],
-                                    applied_seq=[info['applied_obs_seq']])
-            obs, _, terminated, truncated, info = env.step(plan[0])
+            plans, state = agent.act(obs, state, deterministic=True, seq=[info['obs_seq']],
+                                     applied_seq=[info['applied_obs_seq']])
+            obs, _, terminated, truncated, info = env.step(plan_row(plans, 0))
             done = terminated or truncated
     return log.transitions(steps, agent.continuous)
 
@@ -137,6 +137,7 @@ class PlannerConfig:
     silence_lengths: bool = False  # automatic horizon: plans as long as the silence before them calls for
     lead_window: int = 20  # the adaptive lead's memory of round trips (PlanningAgent); 0: the fixed lead
     lead_quantile: float = 0.9  # which of them sets the lead (capped by the fixed lead)
+    feedback: bool = False  # plans carry first-order feedback (continuous bases: PlanningAgent)
 
     def __post_init__(self) -> None:
         if min(self.transitions, self.epochs, self.members) < 1 or min(self.refits, self.lead_window) < 0:
@@ -149,7 +150,7 @@ SINGLE_MODEL = PlannerConfig(epochs=30, members=1, hidden=(64, 64), rollout=1, r
 """The planner before the ensemble: one small MLP on one-step changes of base-policy data. It fits in a
 fraction of the default's time and predicts tasks with smooth dynamics as well (CartPole, InvertedPendulum),
 but not the double pendulum."""
-RECIPES = {'ensemble': PlannerConfig(), 'single': SINGLE_MODEL,
+RECIPES = {'ensemble': PlannerConfig(), 'ensemble-feedback': PlannerConfig(feedback=True), 'single': SINGLE_MODEL,
            'single-silence': replace(SINGLE_MODEL, silence_lengths=True)}
 """The model planner's recipes by name (an experiment row's ``model``)."""
 
@@ -210,6 +211,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
             or rep.get('actions', 0) != 0:
         raise CheckpointError(f'{base_dir} cannot be a planner\'s base: it needs an MLP policy with single '
                               'actions on the plain observation (train it with `calf train --regime baseline`)')
+    if cfg.feedback and isinstance(base, MlpAgent):
+        raise ConfigError(f'{base_dir} takes discrete actions: feedback plans need a continuous (Box) policy')
     env = base_meta['env']
     spec = env_spec(env)
     start_plan, hold_action = env_fallbacks(spec, make_env(env).action_space)
@@ -228,7 +231,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
     actions = {'action_dim': base.action_dim} if not isinstance(base, MlpAgent) else {'n_actions': base.n_actions}
     model = EnsembleDynamics(base.obs_dim, **actions, hidden=cfg.hidden, members=cfg.members)
     agent = PlanningAgent(base, model.spec(), plan_horizon, lead, start_plan, hold_action,
-                          lead_window=cfg.lead_window if fixed_lead is None else 0, lead_quantile=cfg.lead_quantile)
+                          lead_window=cfg.lead_window if fixed_lead is None else 0, lead_quantile=cfg.lead_quantile,
+                          feedback=cfg.feedback)
     agent.model = model
     rounds = cfg.refits + 1
     per_round = max(1, cfg.transitions // rounds)
@@ -271,8 +275,8 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
             'representation': {'frames': 1, 'actions': 0},
             **({'start_plan': start_plan} if spec.safe_start else {}),
             'planner': {'kind': 'model', 'lead': lead, 'lead_window': agent.lead_window,
-                        'lead_quantile': agent.lead_quantile, 'base': str(base_dir), 'base_seed': base_meta.get('seed'),
-                        'dynamics': dynamics}}
+                        'lead_quantile': agent.lead_quantile, 'feedback': cfg.feedback, 'base': str(base_dir),
+                        'base_seed': base_meta.get('seed'), 'dynamics': dynamics}}
     if tail is not None:
         meta['planner']['horizon'] = {'requested': requested, 'tail_network': tail_name, 'tail_quantile': TAIL_QUANTILE,
                                       'tail_ticks': tail, 'predictable_ticks': predictable,
@@ -280,3 +284,14 @@ def train_planner(base_dir: Path | str, out_dir: Path | str, network: str, plan_
                                       'plans_cut_by_silence': agent.lengths is not None}
     save_checkpoint(out_dir, agent, meta)
     return meta
+
+
+def with_feedback(planner_dir: Path | str, out_dir: Path | str) -> Path:
+    """The model planner of ``planner_dir`` with feedback plans (``PlanningAgent.feedback``), saved in ``out_dir``:
+    the same model and base, its plans carrying the base's gains. ConfigError for a discrete base."""
+    agent, meta = load_checkpoint(planner_dir)
+    if not isinstance(agent, PlanningAgent) or not agent.continuous:
+        raise ConfigError(f'{planner_dir} is not a model planner over a continuous (Box) policy: feedback plans need one')
+    agent.feedback = True
+    kept = {key: value for key, value in meta.items() if key not in RESERVED}
+    return save_checkpoint(out_dir, agent, {**kept, 'planner': {**meta['planner'], 'feedback': True}})

@@ -18,9 +18,10 @@ import numpy as np
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.gaussian import acts_continuously
+from calf_agent.plan_agent import FeedbackPlans, plan_actions
 from calf_agent.policies import Agent
 from calf_agent.representation import HistoryFeatures, ObsFacts, Representation
-from calf_core.timing import ObservationGate, ReceivedObservation
+from calf_core.timing import FeedbackPlan, ObservationGate, ReceivedObservation
 
 Plan = list[int] | np.ndarray
 """A discrete plan (H action indices) or a continuous one (``[H, A]`` float32)."""
@@ -69,8 +70,9 @@ class PolicyRunner:
         agent, meta = load_checkpoint(ckpt_dir)
         return cls(agent, meta, deterministic)
 
-    def on_observation(self, received: ReceivedObservation) -> Plan | None:
-        """The plan (H actions) answering ``received``, or None when it is not acted on.
+    def on_observation(self, received: ReceivedObservation) -> Plan | FeedbackPlan | None:
+        """The plan (H actions; a ``FeedbackPlan`` from a planner with feedback) answering ``received``, or None when
+        it is not acted on.
 
         An observation that ends its episode gets no plan; observations no newer than the last one
         acted on are skipped. A delay-state representation reads which action the env applied at the
@@ -88,12 +90,15 @@ class PolicyRunner:
             features, self._state = self._history.reset(obs, facts=facts), None
         else:
             features = self._history.update(obs, self._last_sent, facts=facts)
-        actions, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq,
-                                              applied_seq=received.applied_obs_seq)
+        plans, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq,
+                                            applied_seq=received.applied_obs_seq)
+        actions = plan_actions(plans)
         remembered = min(self.rep.history_element, self.plan_horizon - 1)  # what the action history keeps
         if self.continuous:
             plan = np.asarray(actions, dtype=np.float32).reshape(self.plan_horizon, -1)
             self._last_sent = plan[remembered]
+            if isinstance(plans, FeedbackPlans):
+                return FeedbackPlan(plan, plans.gains[0], plans.predicted[0])
             return plan
         plan = [int(a) for a in np.asarray(actions).reshape(-1)]
         self._last_sent = plan[remembered]

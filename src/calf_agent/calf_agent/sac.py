@@ -117,6 +117,10 @@ class SacActor(nn.Module):
         """Actions in ``[-1, 1]`` mapped onto the bounds."""
         return self.low + (unit + 1) * (0.5 * (self.high - self.low))
 
+    def mean_action(self, obs: Tensor) -> Tensor:
+        """The deterministic actions ``[B, A]`` within the bounds for raw features ``[B, obs_dim]``, differentiably."""
+        return self.scale(self.unit_mean(self.obs_norm(obs)))
+
     @torch.inference_mode()
     def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
             applied_seq: Any = None) -> tuple[np.ndarray, None]:

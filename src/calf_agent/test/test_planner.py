@@ -27,15 +27,15 @@ from calf_agent.dynamics import (
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim, one_torch_thread
 from calf_agent.gaussian import GaussianAgent
-from calf_agent.plan_agent import PlanningAgent
-from calf_agent.planner import PlannerConfig, collect_transitions, env_fallbacks, train_planner
+from calf_agent.plan_agent import FeedbackPlans, PlanningAgent
+from calf_agent.planner import PlannerConfig, collect_transitions, env_fallbacks, train_planner, with_feedback
 from calf_agent.policy_runner import PolicyRunner
 from calf_agent.sac import SacActor
 from calf_bringup import cli
 from calf_core.envs import env_spec, make_env
 from calf_core.errors import ConfigError
 from calf_core.profiles import load_profile
-from calf_core.timing import ReceivedObservation
+from calf_core.timing import FeedbackPlan, ReceivedObservation
 
 SLOW_LINK = """name: fixed_60ms
 description: 60 ms each way, no loss (an end-to-end delay of six CartPole ticks).
@@ -228,6 +228,49 @@ def test_policy_runner_sends_continuous_plans(pendulum_planner: Path) -> None:
     assert isinstance(plan, np.ndarray) and plan.shape == (8, 1) and np.all(np.abs(plan) <= 3.0)
 
 
+def test_feedback_plans_carry_the_base_policys_gains_at_each_predicted_state(pendulum_planner: Path,
+                                                                            tmp_path: Path) -> None:
+    """From element ``lead`` on: the base's Jacobian at the members' mean state, and that state; on the lead ticks
+    the env runs the previous plan (none yet: zero torque without feedback), and the next plan copies its
+    elements with their feedback."""
+    agent, _ = load_checkpoint(with_feedback(pendulum_planner, tmp_path / 'feedback'))
+    agent.disagreement_cut = None
+    lead = agent.lead
+    obs = np.array([0.0, 0.05, 0.0, 0.0], dtype=np.float32)
+    first, state = agent.act(obs, None, deterministic=True, seq=[0])
+    assert isinstance(first, FeedbackPlans)
+    assert (first.actions.shape, first.gains.shape, first.predicted.shape) == ((1, 8, 1), (1, 8, 1, 4), (1, 8, 4))
+    assert not first.gains[0, :lead].any()
+    x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)
+    for j in range(8):
+        if j >= lead:
+            z = x.mean(0).clone().requires_grad_(True)
+            gain = torch.autograd.grad(agent.base.mean_action(z).sum(), z)[0]
+            assert first.gains[0, j, 0] == pytest.approx(gain[0].numpy(), abs=1e-5), j
+            assert first.predicted[0, j] == pytest.approx(x.mean(0)[0].detach().numpy(), abs=1e-6), j
+        x = agent.model.rollout_step(x, torch.as_tensor(first.actions[:, j])).detach()
+    second, _ = agent.act(obs, state, deterministic=True, seq=[2])  # elements 2.. of the first plan run on
+    assert second.actions[0, :lead].tolist() == first.actions[0, 2:2 + lead].tolist()
+    assert np.array_equal(second.gains[0, :lead], first.gains[0, 2:2 + lead])
+    assert np.array_equal(second.predicted[0, :lead], first.predicted[0, 2:2 + lead])
+
+
+def test_feedback_plans_run_through_evaluation_and_the_policy_runner(pendulum_planner: Path, tmp_path: Path) -> None:
+    feedback = with_feedback(pendulum_planner, tmp_path / 'feedback')
+    report = evaluate_sim(feedback, load_profile('full_net_aware'), episodes=4, seed=0)
+    assert report['mean_return'] >= 900, report['returns']
+    plan = PolicyRunner.from_checkpoint(feedback).on_observation(ReceivedObservation(0, 0, np.zeros(4, np.float32)))
+    assert isinstance(plan, FeedbackPlan) and plan.actions.shape == (8, 1) and plan.gains.shape == (8, 1, 4)
+
+
+def test_feedback_needs_a_continuous_base(base_dir: Path, planner_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match='feedback plans need a continuous'):
+        train_planner(base_dir, tmp_path / 'p', 'full_net_aware', plan_horizon=4, seed=0,
+                      cfg=replace(TINY, feedback=True), progress=False)
+    with pytest.raises(ConfigError, match='not a model planner over a continuous'):
+        with_feedback(planner_dir, tmp_path / 'q')
+
+
 def test_env_fallbacks_follow_the_executor() -> None:
     """What a planner assumes the env applies before its first plan and after one runs out."""
     def fallbacks(name: str) -> tuple:
@@ -397,8 +440,12 @@ def test_a_bad_ensemble_spec_is_one_line(tmp_path: Path, pendulum_planner: Path,
     (['--ensemble', '3'], "calf train: error: --ensemble sizes the model planner's dynamics ensemble: add --planner "
                           'model'),
     (['--planner', 'model', '--plan-horizon', '4', '--ensemble', '65'], 'calf train: error: argument --ensemble'),
+    (['--feedback-plans'], "calf train: error: --feedback-plans gives the model planner's plans feedback: add "
+                           '--planner model'),
+    (['--planner', 'model', '--plan-horizon', '4', '--feedback-plans'],
+     "calf train: error: --feedback-plans corrects continuous actions, and cartpole's are discrete: drop it"),
 ])
-def test_bad_ensemble_options_exit_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
+def test_bad_planner_options_exit_2_with_one_line(argv: list[str], message: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert train_exit_code(argv, tmp_path / 'out') == 2
     err = capsys.readouterr().err

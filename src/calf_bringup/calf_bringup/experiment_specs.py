@@ -145,7 +145,8 @@ TABLES['plans'] = TableSpec(
 # k-step delay in the literature). SAC on a clean link is the Baseline and the undelayed reference; augmented SAC
 # (the observation plus the actions in flight and the delay state) is the literature's delayed-RL baseline; the
 # imitation student learns from the same seed's Baseline by DAgger; Full + plans is the model planner over that
-# same SAC Baseline (a smooth expert: results/NOTES.md). Each row's own training gets the table's step budget; the student and the
+# same SAC Baseline (a smooth expert: results/NOTES.md), open loop and with feedback plans (each element corrected
+# by the env's observation as it applies it: PlanningAgent). Each row's own training gets the table's step budget; the student and the
 # planner also use their Baseline's.
 
 
@@ -155,7 +156,9 @@ def robots_table(name: str, env: str, dt_ms: int, steps: int, extra_rows: tuple[
     rows = (Row('Baseline (SAC)', 'sim_clean', algo='sac'), Row('Augmented SAC', 'full_net_aware', algo='sac'),
             Row('BPQL (SAC)', 'full_net_aware', algo='bpql'),
             Row('Imitation (DAgger)', 'full_net_aware', planner='imitation', algo='sac'),
-            Row('Full + plans', 'full_net_aware', 10, 'model', algo='sac'), *extra_rows)
+            Row('Full + plans', 'full_net_aware', 10, 'model', algo='sac'),
+            Row('Full + feedback plans', 'full_net_aware', 10, 'model', algo='sac', model='ensemble-feedback'),
+            *extra_rows)
     return TableSpec(name, f'{env}: mean episode return (± std across seeds)', env, 'mean_return', 1.0, steps,
                      rows, (*COLUMNS, *constant), {}, (rows[0].name, COLUMNS[0].name))
 

@@ -17,7 +17,8 @@ reported.
 
 Actions follow the inner env's space: ``Discrete`` (an int, or with ``plan_horizon`` H > 1 a
 ``MultiDiscrete`` plan of H ints) or ``Box`` (one action vector, or an ``(H, *shape)`` plan of them,
-clipped to the bounds before they are sent). ``info`` also holds ``ticks`` (env ticks this step; 0 after
+clipped to the bounds before they are sent); a Box plan may come as a ``calf_core.timing.FeedbackPlan``, its
+gains and predicted observations travelling with it (the message grows by their float32 values). ``info`` also holds ``ticks`` (env ticks this step; 0 after
 ``reset``: the ticks before the first decision are the first step's, with their reward, so an episode's
 ticks and rewards add up exactly once),
 ``e2e_ms`` (end-to-end latencies of actions that arrived this step), ``obs_seq``, ``applied_obs_seq`` and
@@ -44,7 +45,7 @@ from gymnasium.envs.registration import EnvSpec
 from calf_core.events import ACTION, FREE, OBS, TICK, BusyPolicy, EventQueue
 from calf_core.link import Link
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import BoxBounds, ObsRecord, Stepper, keep_newest
+from calf_core.timing import BoxBounds, Feedback, FeedbackPlan, ObsRecord, Stepper, keep_newest
 
 MESSAGE_OVERHEAD_BYTES = 64
 ENV_ID = 'calf/Networked-v0'
@@ -95,6 +96,7 @@ class SentPlan(NamedTuple):
     episode: int
     plan: list[Any]
     checked: bool  # a Box plan found finite and within the bounds when it was built: the env need not check it again
+    feedback: Feedback | None  # a FeedbackPlan's gains and predicted observations, checked on arrival
 
 
 class NetworkedEnv(gym.Wrapper):
@@ -202,27 +204,32 @@ class NetworkedEnv(gym.Wrapper):
         if self._ended is None:
             record = self._decision
             assert record is not None, 'step() before reset()'
+            feedback, size = None, self._action_bytes
             if self._one_int and (type(action) in _INTS or isinstance(action, np.integer)):
                 action = int(action)
                 plan, checked = [action], 0 <= action < self._n_actions  # in range: the env need not check it again
             else:
+                if type(action) is FeedbackPlan:
+                    feedback = action.feedback
+                    size += 4 * (np.size(feedback.gains) + np.size(feedback.predicted))
+                    action = action.actions
                 plan, checked = self._as_plan(action)
             decision_of, seq = self._decision_of, record.seq  # send the plan
             decision_of[seq] = len(decision_of)
             send_ns = self._decision_ns + self._compute_ns
             self._policy.busy_until_ns = send_ns  # computing until it sends
             origin_ns = self._origin_ns
-            arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, self._action_bytes)
+            arrivals = self.downlink.transmit((origin_ns + send_ns) / 1e9, size)
             if len(arrivals) == 1:
                 arrive_ns, heap = round(arrivals[0] * 1e9) - origin_ns, self._queue.heap
                 if arrive_ns <= (self.stepper.tick_index + 1) * self._dt_ns and (not heap or arrive_ns < heap[0][0]):
                     # the next event, before the next tick: handled now, as the queue would hand it over first
-                    self.stepper.on_action(seq, record.episode, plan, arrive_ns / 1e9, checked)
+                    self.stepper.on_action(seq, record.episode, plan, arrive_ns / 1e9, checked, feedback)
                 else:
                     heappush(heap, (arrive_ns, ACTION, next(self._queue.order),
-                                    _new(SentPlan, (seq, record.episode, plan, checked))))
+                                    _new(SentPlan, (seq, record.episode, plan, checked, feedback))))
             elif arrivals:
-                queue, sent = self._queue, _new(SentPlan, (seq, record.episode, plan, checked))
+                queue, sent = self._queue, _new(SentPlan, (seq, record.episode, plan, checked, feedback))
                 for arrive_s in arrivals:
                     heappush(queue.heap, (round(arrive_s * 1e9) - origin_ns, ACTION, next(queue.order), sent))
             else:
@@ -295,8 +302,8 @@ class NetworkedEnv(gym.Wrapper):
             while heap and heap[0] < due:  # queue.due_before, inlined
                 time_ns, rank, _, payload = heappop(heap)  # an Event's fields
                 if rank == ACTION:
-                    obs_seq, episode, plan, checked = payload
-                    stepper.on_action(obs_seq, episode, plan, time_ns / 1e9, checked)
+                    obs_seq, episode, plan, checked, feedback = payload
+                    stepper.on_action(obs_seq, episode, plan, time_ns / 1e9, checked, feedback)
                     continue
                 if rank == FREE:
                     record = policy.waiting

@@ -15,6 +15,10 @@ so that a policy meets the same timing in training as over DDS (README, "Timing 
 - Before the first plan of an episode arrives the env holds its initial action or, when it is
   given a start plan, cycles through that: tick k applies ``start_plan[(k - 1) % len(start_plan)]``.
 - A plan answering an older observation than the newest one applied is discarded.
+- A Box plan may carry first-order feedback (:class:`FeedbackPlan`): element j then applies
+  ``clip(plan[j] + gains[j] @ (o - predicted[j]))``, ``o`` being the observation the env emitted at the tick
+  before (what the env sees as it applies the element) and ``predicted[j]`` the planner's prediction of it,
+  within the action bounds. A held tick applies no feedback.
 - The end-to-end latency of step s is the arrival time of its action minus the stamp of
   observation s, both read on the env side.
 - The policy acts only on observations newer than the last one it acted on. Of several that reach it
@@ -37,9 +41,10 @@ import numpy as np
 from calf_core.errors import ConfigError
 from calf_core.task_spec import Action, HoldMode, SuccessRule, TaskSpec
 
-__all__ = ['AppliedAction', 'BoxBounds', 'EpisodeSummary', 'applied_facts', 'HoldMode', 'ObsRecord', 'ObservationGate',
-           'PlanExecutor', 'ReceivedObservation', 'Stepper', 'TaskActions', 'Verdict', 'element_for_tick', 'held_noop', 'keep_newest',
-           'task_actions']
+__all__ = ['AppliedAction', 'BoxBounds', 'EpisodeSummary', 'Feedback', 'FeedbackPlan', 'HoldMode', 'ObsRecord',
+           'ObservationGate', 'PlanExecutor', 'ReceivedObservation', 'Stepper', 'TaskActions', 'Verdict',
+           'applied_facts', 'checked_feedback', 'element_for_tick', 'first_action', 'held_noop', 'keep_newest',
+           'split_plan', 'task_actions']
 
 
 class Verdict(enum.Enum):
@@ -68,6 +73,51 @@ class AppliedAction(NamedTuple):
     plan_seq: int  # obs_seq of the plan it came from, -1 for the initial action
     index: int  # element of that plan, -1 when held or a no-op
     held: bool
+
+
+class Feedback(NamedTuple):
+    """First-order feedback for the elements of a Box plan of H actions of A values, on observations of O values."""
+
+    gains: np.ndarray  # float32 [H, A, O]: element j's change of action per unit of observation error
+    predicted: np.ndarray  # float32 [H, O]: the observation the planner expects the env to see as it applies j
+
+
+class FeedbackPlan(NamedTuple):
+    """A Box plan and its feedback, as a policy hands it to ``NetworkedEnv.step`` or a policy node sends it."""
+
+    actions: Any  # [H, *action shape]
+    gains: np.ndarray
+    predicted: np.ndarray
+
+    @property
+    def feedback(self) -> Feedback:
+        return Feedback(self.gains, self.predicted)
+
+
+def split_plan(plan: Any) -> tuple[Any, Feedback | None]:
+    """A plan's actions and its feedback (None for a plain plan)."""
+    return (list(plan.actions), plan.feedback) if type(plan) is FeedbackPlan else (plan, None)
+
+
+def first_action(plan: Any) -> Any:
+    """A plan's first action: what a policy that sends single actions (an adapter policy node) sends. A feedback
+    plan's first element needs no correction: it predicted the observation it answers."""
+    return split_plan(plan)[0][0]
+
+
+def checked_feedback(feedback: Any, plan_len: int, action_size: int, obs_size: int) -> Feedback | None:
+    """``feedback`` as float32 arrays if they fit a plan of ``plan_len`` actions of ``action_size`` values on
+    observations of ``obs_size`` values and are finite; else None."""
+    try:
+        gains = np.asarray(feedback[0], dtype=np.float32)
+        predicted = np.asarray(feedback[1], dtype=np.float32)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if gains.shape != (plan_len, action_size, obs_size) or predicted.shape != (plan_len, obs_size):
+        return None
+    if not (np.isfinite(gains).all() and np.isfinite(predicted).all()):
+        return None
+    return Feedback(gains, predicted)
 
 
 class TaskActions(NamedTuple):
@@ -175,11 +225,14 @@ class PlanExecutor:
         actions = task_actions(spec, action_space)
         self.initial_action, self.noop_action, self.start_plan = actions
         self._held_noop = held_noop(spec, actions)
+        if isinstance(action_space, gym.spaces.Box):
+            self._low, self._high = action_space.low, action_space.high
         self.reset()
 
     def reset(self) -> None:
         """Forget every plan: the next ticks use the initial action."""
         self._plan: tuple[Any, ...] = ()
+        self._feedback: Feedback | None = None
         self._plan_seq, self._first_use = -1, True
         self._last_action = self.initial_action
         self._held: AppliedAction | None = None  # a held tick that repeats until the next plan (see action_for_tick)
@@ -189,17 +242,20 @@ class PlanExecutor:
         """obs_seq of the newest plan accepted this episode, or -1."""
         return self._plan_seq
 
-    def offer(self, obs_seq: int, plan: Sequence[Any]) -> Verdict:
-        """Take a plan (validated actions) if it answers a newer observation than the current one."""
+    def offer(self, obs_seq: int, plan: Sequence[Any], feedback: Feedback | None = None) -> Verdict:
+        """Take a plan (validated actions, and the feedback checked against it) if it answers a newer observation
+        than the current one."""
         if obs_seq < self._plan_seq:
             return _STALE
         if obs_seq == self._plan_seq:
             return _DUPLICATE
         self._plan, self._plan_seq, self._first_use, self._held = tuple(plan), obs_seq, True, None
+        self._feedback = feedback
         return _ACCEPTED
 
-    def action_for_tick(self, tick: int) -> AppliedAction:
-        """The action to apply at ``tick`` (>= 1)."""
+    def action_for_tick(self, tick: int, obs: np.ndarray | None = None) -> AppliedAction:
+        """The action to apply at ``tick`` (>= 1); ``obs``: the observation of the tick before, which a plan's
+        feedback corrects its element by."""
         held = self._held
         if held is not None:  # every tick is held until the next plan: the same action, the same facts
             return held
@@ -208,7 +264,10 @@ class PlanExecutor:
         self._first_use = False  # a new plan sets it again
         if index >= 0:
             if plan_seq >= 0:
-                self._last_action = action = plan[index]
+                action = plan[index]
+                if self._feedback is not None and obs is not None:
+                    action = self._corrected(action, index, obs)
+                self._last_action = action
                 return _new(AppliedAction, (action, plan_seq, index, False))
             self._last_action = action = self.start_plan[index]
             return AppliedAction(action, -1, -1, True)
@@ -217,6 +276,12 @@ class PlanExecutor:
         if plan_seq >= 0 or not start_len:  # a plan run out (or no plan and no start plan) stays held
             self._held = held
         return held
+
+    def _corrected(self, action: np.ndarray, index: int, obs: np.ndarray) -> np.ndarray:
+        """Plan element ``index`` corrected by its feedback for the observation ``obs``, within the bounds."""
+        gains, predicted = self._feedback  # type: ignore[misc]
+        change = gains[index] @ (obs.reshape(-1) - predicted[index])
+        return np.clip(action + change.reshape(action.shape), self._low, self._high).astype(np.float32)
 
 
 class ObsRecord(NamedTuple):
@@ -314,6 +379,9 @@ class Stepper:
         if self.continuous:
             self._bounds = BoxBounds(space.low, space.high)
         self.executor = PlanExecutor(self.spec, space)
+        self._action_size = int(np.prod(self.action_shape))
+        self._obs_size = int(np.prod(self.env.observation_space.shape or (1,)))
+        self._obs: np.ndarray | None = None  # the newest observation emitted: what a plan's feedback corrects by
         self._stamps = [0.0] * self.stamp_memory
         self._success_on_truncation = self.spec.success is SuccessRule.TIME_LIMIT
 
@@ -325,17 +393,23 @@ class Stepper:
         self.executor.reset()
         self._summary = EpisodeSummary(self.episode, 0.0, 0, False, [], 0, 0, 0)
         self._stamps[0] = now_s
-        return _new(ObsRecord, (0, self.episode, now_s, np.asarray(obs, dtype=np.float32), 0.0, False, False, None))
+        self._obs = obs = np.asarray(obs, dtype=np.float32)
+        return _new(ObsRecord, (0, self.episode, now_s, obs, 0.0, False, False, None))
 
     def on_action(self, obs_seq: int, episode: int, plan: Sequence[int], now_s: float,
-                  checked: bool = False) -> Verdict:
+                  checked: bool = False, feedback: Any = None) -> Verdict:
         """Handle an action message arriving at ``now_s``: a plan of ints (Discrete) or of action vectors
-        (Box). A plan that is empty, out of range or bounds, of the wrong shape or not finite is counted
-        and refused (``Verdict.INVALID``). ``checked``: the caller built ``plan`` and found it valid by
-        these rules (ints in range of a Discrete task; float32 action vectors of a Box task, within its
-        bounds), so it is not checked again."""
+        (Box), with or without ``feedback`` (gains and predicted observations: :class:`Feedback`, Box plans only).
+        A plan that is empty, out of range or bounds, of the wrong shape or not finite is counted
+        and refused (``Verdict.INVALID``), as is feedback that does not fit it. ``checked``: the caller built
+        ``plan`` and found it valid by these rules (ints in range of a Discrete task; float32 action vectors of a
+        Box task, within its bounds), so it is not checked again; its feedback is checked all the same."""
         if not checked:
             plan = self._checked_box_plan(plan) if self.continuous else _checked_plan(plan, self.n_actions)
+        if plan is not None and feedback is not None:
+            feedback = checked_feedback(feedback, len(plan), self._action_size, self._obs_size) \
+                if self.continuous else None
+            plan = plan if feedback is not None else None
         if plan is None:
             self._count_rejected()
             return Verdict.INVALID
@@ -344,7 +418,7 @@ class Stepper:
         tick = self.tick_index
         if not tick - self.stamp_memory < obs_seq <= tick:  # not emitted, or forgotten
             return Verdict.UNKNOWN_OBSERVATION
-        verdict = self.executor.offer(obs_seq, plan)
+        verdict = self.executor.offer(obs_seq, plan, feedback)
         if verdict is not _DUPLICATE:
             summary = self._summary
             if summary is not None:
@@ -358,7 +432,7 @@ class Stepper:
         if self.done:
             raise RuntimeError('tick() after the episode ended: call reset() first')
         self.tick_index = tick = self.tick_index + 1
-        applied = self.executor.action_for_tick(tick)
+        applied = self.executor.action_for_tick(tick, self._obs)
         action, _, _, held = applied
         to_env = self._env_action
         obs, reward, terminated, truncated, _ = self.env.step(action if to_env is None else to_env[action])
@@ -379,6 +453,7 @@ class Stepper:
             obs = np.asarray(obs, dtype=np.float32)
         elif obs.dtype is not _FLOAT32:  # a MuJoCo env's float64: astype casts as asarray does, at less cost
             obs = obs.astype(np.float32)
+        self._obs = obs
         return _new(ObsRecord, (tick, self.episode, now_s, obs, reward, terminated, truncated, applied))
 
     @property

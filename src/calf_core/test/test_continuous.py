@@ -14,7 +14,7 @@ from calf_core.models import BernoulliLoss
 from calf_core.networked_env import NetworkedEnv
 from calf_core.profiles import load_profile
 from calf_core.task_spec import HoldMode, TaskSpec
-from calf_core.timing import SMALL_ACTION, BoxBounds, Stepper, Verdict
+from calf_core.timing import SMALL_ACTION, BoxBounds, FeedbackPlan, Stepper, Verdict
 
 WHEEL_ZERO = TaskSpec('wheel', 0.01, hold=HoldMode.ZERO)
 
@@ -139,3 +139,38 @@ def test_pendulum_passes_the_env_checker_and_is_deterministic_per_seed() -> None
         returns.append(total)
         assert info['ticks_held'] > 0 and np.isfinite(total)
     assert returns[0] == returns[1]
+
+
+def test_a_feedback_plan_corrects_each_element_by_the_observation_the_env_sees_as_it_applies_it() -> None:
+    """The wheel observes its tick count and the plan predicted 0 for every element: its element at tick t
+    applies u + 0.1 (t - 1), t - 1 being what the env observed at the tick before, within the bounds. Held ticks
+    get no feedback."""
+    inner = Wheel()
+    env = NetworkedEnv(inner, WHEEL_ZERO, fixed_link(10), fixed_link(10), plan_horizon=4)
+    env.reset(seed=0)
+    gains = np.full((4, 1, 1), 0.1, np.float32)
+    plan = FeedbackPlan(np.array([[0.1], [0.2], [0.3], [0.95]], np.float32), gains, np.zeros((4, 1), np.float32))
+    env.step(plan)  # answers obs 0, arrives at tick 2: elements 1-3 run at ticks 2-4
+    env.downlink = Link([BernoulliLoss(p=1.0)], np.random.default_rng(0))
+    for _ in range(4):
+        env.step(np.full((4, 1), 0.9, np.float32))
+    assert inner.applied[:6] == pytest.approx([0.0, 0.2 + 0.1, 0.3 + 0.2, 1.0, 0.0, 0.0])  # 0.95 + 0.3: clipped
+
+
+@pytest.mark.parametrize('feedback', [(np.zeros((2, 1, 2), np.float32), np.zeros((2, 1), np.float32)),  # obs size
+                                      (np.zeros((1, 1, 1), np.float32), np.zeros((1, 1), np.float32)),  # plan length
+                                      (np.full((2, 1, 1), np.nan, np.float32), np.zeros((2, 1), np.float32)),
+                                      (np.zeros((2, 1, 1), np.float32),), 'gains'])
+def test_feedback_that_does_not_fit_its_plan_is_refused_with_the_plan(feedback: object) -> None:
+    stepper = Stepper(Wheel(), WHEEL_ZERO)
+    stepper.reset(0.0)
+    plan = [np.array([0.1], np.float32), np.array([0.2], np.float32)]
+    assert stepper.on_action(0, 0, plan, 0.001, feedback=feedback) is Verdict.INVALID
+    assert stepper.on_action(0, 0, plan, 0.001, feedback=(np.zeros((2, 1, 1)), np.zeros((2, 1)))) is Verdict.ACCEPTED
+
+
+def test_a_discrete_plan_with_feedback_is_refused() -> None:
+    stepper = Stepper(gym.make('CartPole-v1'), TaskSpec('cartpole', 0.02))
+    stepper.reset(0.0, seed=0)
+    feedback = (np.zeros((1, 1, 4), np.float32), np.zeros((1, 4), np.float32))
+    assert stepper.on_action(0, 0, [1], 0.001, feedback=feedback) is Verdict.INVALID

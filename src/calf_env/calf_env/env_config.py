@@ -76,15 +76,9 @@ class EnvNodeConfig:
         return cls(env=env, **p)
 
 
-CATCH_UP_TICKS = 10  # passed deadlines a late tick thread still runs, back to back; beyond, it skips to the latest
-
-
 def next_tick(k: int, elapsed_s: float, tick_s: float) -> int:
-    """The tick to run after tick ``k``: ``k + 1`` however late, as in virtual time, where every deadline has its
-    tick; but the latest deadline passed if more than ``CATCH_UP_TICKS`` have passed since ``k``'s (the ones
-    between are skipped: the thread would never catch up with real time)."""
-    latest = int(elapsed_s // tick_s)
-    return latest if latest - k > CATCH_UP_TICKS else k + 1
+    """The tick to run after tick ``k``: ``k + 1``, or the latest deadline already passed."""
+    return max(k + 1, int(elapsed_s // tick_s))
 
 
 class StartGate:

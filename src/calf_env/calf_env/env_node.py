@@ -9,10 +9,8 @@ too slow to act in it). ``results_file`` gets each counted result as a JSON line
 --backend ros`` reads: no DDS discovery to miss). Its episode index in messages keeps counting from the
 warm-up ones; EpisodeResult.seq and ``episodes`` count only the episodes played with a policy. Ticks run on their own thread at absolute deadlines
 ``t0 + k * dt / time_scale``: at a 5 ms period an rclpy timer lost ticks and ran up to 20 ms late
-here, the thread stayed within a few ms. A deadline the thread wakes a whole tick late for is missed, but
-its tick still runs, back to back with the next (``env_config.next_tick``): skipping it paused the world for
-a tick and gave every action in flight a tick more to arrive. Times are steady-clock seconds since the node
-started; stamps that clock in ns.
+here, the thread stayed within a few ms. A deadline missed by a whole tick is skipped, not caught
+up in a burst. Times are steady-clock seconds since the node started; stamps that clock in ns.
 
 A tick happens at its deadline, as in virtual time, however late the busy host wakes its thread: the
 observation is stamped with the deadline (the shim's delays run from that stamp), and an action that arrived
@@ -43,7 +41,7 @@ from rclpy.subscription import MessageInfo
 
 from calf_core.envs import make_stepper
 from calf_core.errors import ConfigError, MessageError
-from calf_core.timing import EpisodeSummary, ObsRecord, Verdict
+from calf_core.timing import EpisodeSummary, Feedback, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.arrival import age_s
@@ -64,6 +62,7 @@ class ArrivedAction(NamedTuple):
     plan: Sequence[Any]
     now: float
     source: str
+    feedback: Feedback | None = None
 
 
 class EnvNode(Node):
@@ -79,9 +78,7 @@ class EnvNode(Node):
         self.verdicts: Counter[Verdict] = Counter()
         self.actions_received = self.rejected = 0
         self.losses = MiddlewareLosses()  # actions lost before the action callback (LinkStats.dropped_middleware)
-        self.episodes_done = self.ticks = 0
-        self.missed_ticks = 0  # deadlines whose tick ran a whole tick late or was skipped
-        self.skipped_ticks = 0  # deadlines with no tick: the thread was too far behind (next_tick)
+        self.episodes_done = self.missed_ticks = self.ticks = 0
         self.gate = StartGate(cfg.wait_for_policy, cfg.policy_timeout_s)
         self._counting = False  # the current episode is one of the count (it started after the gate opened)
         self._lock, self._stop = threading.Lock(), threading.Event()
@@ -141,14 +138,10 @@ class EnvNode(Node):
                 self.get_logger().info(f'waiting for a policy: no episode counts before the first action arrives on '
                                        f'{self._action_topic()}; meanwhile {self._meanwhile()}')
             self._next_deadline = start
-            tick_s = self.config.tick_s
-            while not self._stop.wait(max(0.0, start + k * tick_s - self._now()[1])):
-                if self._now()[1] - (start + k * tick_s) >= tick_s:
-                    self.missed_ticks += 1
-                if not self._tick(start + k * tick_s):
+            while not self._stop.wait(max(0.0, start + k * self.config.tick_s - self._now()[1])):
+                if not self._tick(start + k * self.config.tick_s):
                     return
-                k, previous = next_tick(k, self._now()[1] - start, tick_s), k
-                self.skipped_ticks += k - previous - 1
+                k, previous = next_tick(k, self._now()[1] - start, self.config.tick_s), k
                 self.missed_ticks += k - previous - 1
         except Exception as err:  # noqa: BLE001 (after a shutdown, publishing fails: not an error)
             self.error = f'tick failed: {" ".join(str(err).split())}' if self.context.ok() else None
@@ -212,7 +205,7 @@ class EnvNode(Node):
         self.get_logger().info(
             f'episode {self.episodes_done - 1}: return {summary.episode_return:g}, length {summary.length}, '
             f'e2e p50 {summary.e2e_percentile(50):.1f} ms, held {summary.ticks_held}, '
-            f'{self.missed_ticks} of {self.ticks + self.skipped_ticks} tick deadlines missed')
+            f'{self.missed_ticks} of {self.ticks + self.missed_ticks} tick deadlines missed')
         if self.config.episodes == 0 or self.episodes_done < self.config.episodes:
             return True
         self._publish_stats()
@@ -229,20 +222,22 @@ class EnvNode(Node):
         except MessageError as err:
             self._reject(err)
             return
-        self._apply_action(action.obs_seq, action.episode, action.plan, now, action.source)
+        self._apply_action(action.obs_seq, action.episode, action.plan, now, action.source, action.feedback)
 
     def _reject(self, err: MessageError) -> None:
         self.rejected += 1
         self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
 
-    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float, source: str = '') -> None:
-        """Offer an action (a plan) answering observation ``obs_seq`` of ``episode``, arrived at ``now``, or hold
-        it for the next tick if it arrived after the deadline of the tick the thread has not run yet; one the
-        stepper refuses (out of the action space) is rejected like a malformed message."""
-        action = ArrivedAction(obs_seq, episode, plan, now, source)
+    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float, source: str = '',
+                      feedback: Feedback | None = None) -> None:
+        """Offer an action (a plan, with its feedback if any) answering observation ``obs_seq`` of ``episode``,
+        arrived at ``now``, or hold it for the next tick if it arrived after the deadline of the tick the thread
+        has not run yet; one the stepper refuses (out of the action space, feedback that does not fit) is rejected
+        like a malformed message."""
+        action = ArrivedAction(obs_seq, episode, plan, now, source, feedback)
         with self._lock:
             self.gate.heard(now)
-            if now > self._next_deadline:
+            if now > self._next_deadline or self._late:  # behind the held ones: the stepper takes arrivals in order
                 self._late.append(action)
                 return
             verdict = self._offer(action)
@@ -258,7 +253,8 @@ class EnvNode(Node):
     def _offer(self, action: ArrivedAction) -> Verdict:
         """Hand an action to the stepper (the lock held); count it by source if it answers this episode."""
         measured = len(self.stepper.e2e_ms)
-        verdict = self.stepper.on_action(action.obs_seq, action.episode, action.plan, action.now)
+        verdict = self.stepper.on_action(action.obs_seq, action.episode, action.plan, action.now,
+                                         feedback=action.feedback)
         self._window.extend(self.stepper.e2e_ms[measured:])
         self.verdicts[verdict] += 1
         counted = action.source in self._sources or len(self._sources) < MAX_SOURCES
@@ -269,7 +265,7 @@ class EnvNode(Node):
     def _judge(self, obs_seq: int, verdict: Verdict) -> None:
         if verdict is Verdict.INVALID:
             self._reject(MessageError(f'action for obs {obs_seq}: outside the action space '
-                                      f'{self.stepper.env.action_space}'))
+                                      f'{self.stepper.env.action_space}, or feedback that does not fit its plan'))
 
     def _on_lost(self, info: QoSMessageLostInfo) -> None:
         self.losses.on_reported(info.total_count_change)

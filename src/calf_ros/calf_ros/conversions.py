@@ -13,7 +13,7 @@ from builtin_interfaces.msg import Time
 
 from calf_core.errors import MessageError
 from calf_core.limits import MAX_OBS_VALUES, MAX_PLAN_HORIZON, saturate
-from calf_core.timing import EpisodeSummary, ObsRecord, ReceivedObservation, applied_facts
+from calf_core.timing import EpisodeSummary, Feedback, ObsRecord, ReceivedObservation, applied_facts, split_plan
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 
 
@@ -23,6 +23,7 @@ class ReceivedAction(NamedTuple):
     plan: list[Any]  # ints (Discrete) or float32 action vectors (Box)
     source: str
     compute_ms: float
+    feedback: Feedback | None = None  # a continuous plan's (calf_core.timing.FeedbackPlan)
 
 
 def time_msg(ns: int) -> Time:
@@ -67,16 +68,21 @@ def msg_to_obs(msg: Observation, expected_size: int) -> ReceivedObservation:
 
 def plan_to_msg(obs: ReceivedObservation, plan: Sequence[Any], source: str, compute_ms: float,
                 stamp_ns: int) -> Action:
-    """An Action for ``plan``: ints go to discrete/discrete_plan, action vectors (Box) to continuous."""
+    """An Action for ``plan``: ints go to discrete/discrete_plan, action vectors (Box) to continuous, a
+    ``FeedbackPlan``'s gains and predicted observations to feedback_gains and feedback_predicted."""
     msg = Action()
     msg.header.stamp = time_msg(stamp_ns)
     msg.obs_seq, msg.episode = obs.seq, obs.episode
+    plan, feedback = split_plan(plan)
     if isinstance(plan[0], (int, np.integer)):
         msg.discrete = int(plan[0])
         msg.discrete_plan = [int(a) for a in plan] if len(plan) > 1 else []
     else:
         values = np.asarray(plan, dtype=np.float32).reshape(len(plan), -1)
         msg.continuous, msg.continuous_dim = values.reshape(-1).tolist(), values.shape[1]
+    if feedback is not None:
+        msg.feedback_gains = np.asarray(feedback.gains, dtype=np.float32).reshape(-1).tolist()
+        msg.feedback_predicted = np.asarray(feedback.predicted, dtype=np.float32).reshape(-1).tolist()
     msg.source, msg.compute_ms = source, float(compute_ms)
     return msg
 
@@ -87,9 +93,12 @@ def msg_to_plan(msg: Action, n_actions: int, action_shape: tuple[int, ...] = ())
     the stepper's to check (``Verdict.INVALID``). No plan is longer than any plan horizon."""
     if action_shape:
         plan: list[Any] = _continuous_plan(msg, action_shape)
-        return ReceivedAction(msg.episode, msg.obs_seq, plan, msg.source, msg.compute_ms)
+        feedback = _feedback(msg, len(plan), int(np.prod(action_shape)))
+        return ReceivedAction(msg.episode, msg.obs_seq, plan, msg.source, msg.compute_ms, feedback)
     if msg.continuous:
         raise MessageError(f'action for obs {msg.obs_seq}: continuous values for an env with discrete actions')
+    if len(msg.feedback_gains) or len(msg.feedback_predicted):
+        raise MessageError(f'action for obs {msg.obs_seq}: feedback for an env with discrete actions')
     if len(msg.discrete_plan) > MAX_PLAN_HORIZON:
         raise MessageError(f'action for obs {msg.obs_seq}: a plan of {len(msg.discrete_plan)} actions is longer than '
                            f'any plan horizon ({MAX_PLAN_HORIZON})')
@@ -115,6 +124,22 @@ def _continuous_plan(msg: Action, action_shape: tuple[int, ...]) -> list[np.ndar
     if not np.all(np.isfinite(values)):
         raise MessageError(f'action for obs {msg.obs_seq}: continuous values contain NaN or infinity')
     return list(values.reshape(-1, *action_shape))
+
+
+def _feedback(msg: Action, plan_len: int, action_size: int) -> Feedback | None:
+    """The feedback of a continuous plan of ``plan_len`` actions of ``action_size`` values (None: none sent);
+    whether its observations are the env's size is the stepper's to check (``Verdict.INVALID``)."""
+    if not (len(msg.feedback_gains) or len(msg.feedback_predicted)):
+        return None
+    gains = np.asarray(msg.feedback_gains, dtype=np.float32)
+    predicted = np.asarray(msg.feedback_predicted, dtype=np.float32)
+    obs_size, rest = divmod(predicted.size, plan_len)
+    if rest or not 0 < obs_size <= MAX_OBS_VALUES or gains.size != plan_len * action_size * obs_size:
+        raise MessageError(f'action for obs {msg.obs_seq}: feedback of {gains.size} gains and {predicted.size} '
+                           f'predicted values does not fit a plan of {plan_len} actions of {action_size} values')
+    if not (np.all(np.isfinite(gains)) and np.all(np.isfinite(predicted))):
+        raise MessageError(f'action for obs {msg.obs_seq}: feedback contains NaN or infinity')
+    return Feedback(gains.reshape(plan_len, action_size, obs_size), predicted.reshape(plan_len, obs_size))
 
 
 def summary_to_msg(summary: EpisodeSummary, seq: int, stamp_ns: int) -> EpisodeResult:

@@ -8,7 +8,7 @@ import pytest
 
 from calf_core.errors import MessageError
 from calf_core.task_spec import TaskSpec
-from calf_core.timing import ReceivedObservation, Stepper
+from calf_core.timing import FeedbackPlan, ReceivedObservation, Stepper
 from calf_msgs.msg import Action
 from calf_ros.conversions import msg_to_obs, msg_to_plan, obs_to_msg, plan_to_msg
 
@@ -40,6 +40,34 @@ def test_a_continuous_plan_travels_in_one_message_and_round_trips() -> None:
 ])
 def test_malformed_continuous_actions_are_refused(values: list, dim: int, shape: tuple, message: str) -> None:
     msg = Action(obs_seq=3, continuous=values, continuous_dim=dim)
+    with pytest.raises(MessageError, match=message):
+        msg_to_plan(msg, 2, shape)
+
+
+def test_a_feedback_plan_travels_with_its_gains_and_predictions_and_round_trips() -> None:
+    actions = np.array([[0.5, -1.0], [0.25, 2.0]], np.float32)
+    gains = np.arange(12, dtype=np.float32).reshape(2, 2, 3) / 10
+    predicted = np.arange(6, dtype=np.float32).reshape(2, 3)
+    msg = plan_to_msg(OBS, FeedbackPlan(actions, gains, predicted), 'planner', 1.5, 10)
+    assert (len(msg.continuous), len(msg.feedback_gains), len(msg.feedback_predicted)) == (4, 12, 6)
+    received = msg_to_plan(msg, 0, (2,))
+    np.testing.assert_array_equal(np.asarray(received.plan), actions)
+    np.testing.assert_array_equal(received.feedback.gains, gains)
+    np.testing.assert_array_equal(received.feedback.predicted, predicted)
+    assert msg_to_plan(plan_to_msg(OBS, list(actions), 'policy', 1.5, 10), 0, (2,)).feedback is None
+
+
+@pytest.mark.parametrize('gains, predicted, shape, message', [
+    ([0.1] * 5, [0.0] * 3, (1,), 'feedback of 5 gains and 3 predicted values does not fit a plan of 1 actions'),
+    ([0.1] * 3, [0.0] * 2, (1,), 'does not fit'),  # 3 gains for 2 observation values
+    ([0.1, float('nan')], [0.0] * 2, (1,), 'feedback contains NaN or infinity'),
+    ([0.1], [], (1,), 'does not fit'),
+    ([0.1], [0.0], (), 'feedback for an env with discrete actions'),
+])
+def test_malformed_feedback_is_refused(gains: list, predicted: list, shape: tuple, message: str) -> None:
+    msg = Action(obs_seq=3, feedback_gains=gains, feedback_predicted=predicted)
+    if shape:
+        msg.continuous, msg.continuous_dim = [0.1], 1
     with pytest.raises(MessageError, match=message):
         msg_to_plan(msg, 2, shape)
 

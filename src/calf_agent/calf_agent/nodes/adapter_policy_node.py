@@ -16,7 +16,7 @@ from rclpy.node import Node
 
 from calf_agent.policy_runner import PolicyRunner
 from calf_core.errors import ConfigError, MessageError
-from calf_core.timing import ReceivedObservation
+from calf_core.timing import ReceivedObservation, first_action
 from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
 from calf_ros.message_types import resolve_type
 from calf_ros.node_main import run_node
@@ -73,7 +73,7 @@ class AdapterPolicyNode(Node):
         plan = self.runner.on_observation(ReceivedObservation(0, seq, obs))
         if plan is None:
             return
-        action = self.config.adapter.action.encode(plan[0])
+        action = self.config.adapter.action.encode(first_action(plan))
         self._action_pub.publish(set_fields(self._action_type(), action))
         self.acted += 1
 
