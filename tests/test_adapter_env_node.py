@@ -38,7 +38,7 @@ from calf_shim.generic_shim_node import GenericShimNode
 
 pytestmark = pytest.mark.ros
 SCALE = 2.0  # 10 ms ticks: the in-process graph keeps up on a loaded 2-core machine
-PENDULUM_SCALE = 4.0  # InvertedPendulum-v5's 40 ms: 10 ms ticks (at 5 ms the in-process graph missed 15 % idle)
+PENDULUM_SCALE = 4.0  # InvertedPendulum-v5's 40 ms: 10 ms ticks (at 5 ms the in-process graph fell behind, idle)
 OBSERVATION = {'topic': '/ae/joint_states', 'type': 'sensor_msgs/msg/JointState',
                'joints': ['cart_slider', 'pole_hinge'], 'fields': ['position', 'velocity']}
 ACTION = {'topic': '/ae/cmd_vel', 'type': 'geometry_msgs/msg/Twist', 'fields': ['linear.x'],
