@@ -81,7 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--feedback-plans', action='store_true',
                         help='model planner, continuous (Box) actions: each plan element carries the base policy\'s '
                              'gains at its predicted state, and the env corrects it by what it observes as it applies '
-                             'it (kept 73 %% of the double pendulum\'s clean return behind Wi-Fi-D, open loop 33 %%)')
+                             'it (kept 73 %% of the double pendulum\'s clean return behind Wi-Fi-D over 3 seeds, open loop '
+                             '38 %%: results/NOTES.md)')
     parser.add_argument('--expert', type=Path, metavar='DIR',
                         help='imitation: distil this clean-link policy (a --regime baseline checkpoint of the same '
                              'env) into a delay-aware student by DAgger; the student acts on what the network '
