@@ -25,6 +25,7 @@ import rclpy
 from host_load import skip_if_busy, skip_if_missed, skip_if_slower
 from rclpy.executors import SingleThreadedExecutor
 from ros_helpers import Lines, new_context, spin_until, untrained_cartpole_policy
+from scipy import stats
 
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.planner import PlannerConfig, train_planner, with_feedback
@@ -334,6 +335,7 @@ LINK_STATE_PROFILES = {
                                     'loss_good': 0.0, 'loss_bad': 0.9}],
                         'downlink': 'same'},
 }
+SAME_RETURNS_P = 0.01  # two-sided Mann-Whitney U: below this, the two backends' returns differ
 STALL_HIT_MS = 40.0  # an E2E above this under periodic_stall (5 ms without a stall) means the stall held the message
 
 
@@ -347,8 +349,8 @@ def stall_hits(report: dict) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize('network', sorted(LINK_STATE_PROFILES))
 def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_path: Path) -> None:
-    """The link is one continuous process in both worlds: 20 episodes per backend agree in return and,
-    under a periodic stall, in where the stall hits each episode. Under the same stall on the uplink, neither
+    """The link is one continuous process in both worlds: their episodes' returns come from one distribution
+    and, under a periodic stall, the stall hits each episode at the same place. Under the same stall on the uplink, neither
     acts on every observation a stall held: virtual time acts on the newest only. The sim_clean policy plays
     ~60-tick episodes under both profiles: about 30 s of real time per live run.
 
@@ -357,18 +359,23 @@ def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_pa
     ticks in: the hit positions cluster there, in both worlds, without coinciding. In virtual time the
     stall once restarted with every episode and hit all of them at the same tick (25). The stall's period is
     no whole number of ticks, so each run meets it at every phase of the tick (``STALL_PERIOD_MS``).
+
+    Each stall may end an episode, so returns pile up near multiples of the period (about 30, 60, 90 ticks) with
+    a long tail: a few long episodes move a 20-episode mean by 20. Virtual time plays 100 episodes (2 s), the
+    live graph 20, and a rank test compares the two samples (``SAME_RETURNS_P``). Comparing 20 against 20 by
+    their means' confidence intervals, a run of the fixed virtual-time seed that drew three 150-tick episodes
+    (mean 90, the top of 12 seeds' 52-92) failed against live runs that drew none.
     """
     skip_if_busy(PARITY_TICK_S, realtime=True)
     path = tmp_path / f'{network}.yaml'
     path.write_text(json.dumps({'name': network, **LINK_STATE_PROFILES[network]}))  # JSON is YAML
-    sim = evaluate_sim(policy, load_profile(str(path)), 20, 0, batch=1, keep_samples=True)
+    sim = evaluate_sim(policy, load_profile(str(path)), 100, 0, batch=1, keep_samples=True)
     ros = evaluate_ros(policy, str(path), 20, 0, 1.0, placement='flat_desktop', keep_samples=True,
                        domain_id=int(os.environ['ROS_DOMAIN_ID']))
-    low_sim, high_sim = confidence_interval(sim['returns'])
-    low_ros, high_ros = confidence_interval(ros['returns'])
-    assert low_sim <= high_ros and low_ros <= high_sim, (sim['returns'], ros['returns'])
+    same = stats.mannwhitneyu(sim['returns'], ros['returns']).pvalue
+    assert same >= SAME_RETURNS_P, (same, sim['returns'], ros['returns'])
     if network == 'periodic_stall':
-        hits = {backend: [h for h in stall_hits(report) if h is not None]
+        hits = {backend: [h for h in stall_hits(report)[:20] if h is not None]
                 for backend, report in (('sim', sim), ('ros', ros))}
         for backend, positions in hits.items():
             assert len(positions) >= 10, (backend, positions)
