@@ -197,17 +197,22 @@ class PlanningAgent(nn.Module):
         gains = torch.where(_rows(live, prev_gains[:, 0]), prev_gains[rows, element], 0.0)
         return gains, prev_predicted[rows, element]
 
-    def _base_action(self, x: Tensor, deterministic: bool) -> tuple[Tensor, Tensor | None]:
-        """The base policy's actions at ``x`` ``[B, obs_dim]`` and, with feedback, their gains ``[B, A, O]``: the
-        Jacobian of its deterministic action."""
-        if not self.feedback:
-            return torch.as_tensor(self.base.act(x, deterministic=deterministic)[0]), None
+    def _base_action(self, x: Tensor, deterministic: bool) -> Tensor:
+        """The base policy's actions at ``x`` ``[B, obs_dim]``; with feedback its deterministic one, whose gains
+        ``_gains`` gives."""
+        if self.feedback:
+            return self.base.mean_action(x)
+        return torch.as_tensor(self.base.act(x, deterministic=deterministic)[0])
+
+    def _gains(self, x: Tensor) -> Tensor:
+        """The Jacobians ``[N, A, O]`` of the base policy's deterministic action at the states ``x`` ``[N, O]``:
+        rows are independent, so one backward pass per action value serves every row."""
         with torch.inference_mode(False), torch.enable_grad():
             z = x.clone().requires_grad_(True)
-            actions = self.base.mean_action(z)  # rows are independent: one backward pass per action value
-            gains = torch.stack([torch.autograd.grad(actions[:, i].sum(), z, retain_graph=True)[0]
+            actions = self.base.mean_action(z)
+            gains = torch.stack([torch.autograd.grad(actions[:, i].sum(), z, retain_graph=i + 1 < self.action_dim)[0]
                                  for i in range(self.action_dim)], 1)
-        return actions.detach().clone(), gains.detach().clone()
+        return gains.detach().clone()
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, state: PlanState | None = None, deterministic: bool = False,
@@ -242,47 +247,53 @@ class PlanningAgent(nn.Module):
         cut = torch.zeros(len(x), dtype=torch.bool)
         length = self._length(torch.where(sent, seq_t - prev_seq, len(self.lengths or ())))
         plan: list[Tensor] = []
-        all_gains: list[Tensor] = []
+        all_env_gains: list[Tensor] = []  # per element: the env's plan's gains on the lead ticks, else zero
         all_predicted: list[Tensor] = []
+        all_own: list[Tensor] = []  # per element: rows whose element is this plan's own, not cut (their gains after)
+        no_gains = torch.zeros(len(x), width, obs_size)
         for j in range(horizon):
             env_side = j < lead  # [B]: the env runs an earlier plan (or its fallback) at this tick
             predicted = states.mean(0)
-            gains = None
+            env_gains, own = no_gains, torch.zeros(len(x), dtype=torch.bool)
             if env_side.all():
                 action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
                 if feedback:
-                    gains, predicted = self._env_feedback(seq_t + 1 + j, sent, prev_seq, prev_gains, prev_predicted)
+                    env_gains, predicted = self._env_feedback(seq_t + 1 + j, sent, prev_seq, prev_gains,
+                                                              prev_predicted)
             else:
-                action, gains = self._base_action(predicted, deterministic)
+                action = self._base_action(predicted, deterministic)
                 if j:
                     cut |= ~env_side & (j >= length)
                     if self.disagreement_cut is not None:
                         cut |= ~env_side & (disagreement(states, self.model.y_std) > self.disagreement_cut)
                     held = plan[-1] if self._hold is None else self._hold.to(action.dtype)
                     action = torch.where(_rows(cut, action), held, action)
-                    if feedback:
-                        gains = torch.where(_rows(cut, gains), 0.0, gains)
+                own = ~env_side & ~cut
                 if env_side.any():
                     env_action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
                     action = torch.where(_rows(env_side, action), env_action.to(action.dtype), action)
                     if feedback:
                         env_gains, env_predicted = self._env_feedback(seq_t + 1 + j, sent, prev_seq, prev_gains,
                                                                       prev_predicted)
-                        gains = torch.where(_rows(env_side, gains), env_gains, gains)
+                        env_gains = torch.where(_rows(env_side, env_gains), env_gains, 0.0)
                         predicted = torch.where(_rows(env_side, predicted), env_predicted, predicted)
             plan.append(action)
             applied = action
-            if feedback:
-                all_gains.append(gains)
+            if feedback:  # the env's plans' elements are corrected; this plan's own predict its state exactly
+                all_env_gains.append(env_gains)
                 all_predicted.append(predicted)
-                correction = (gains @ (states.mean(0) - predicted).unsqueeze(-1)).squeeze(-1)
+                all_own.append(own)
+                correction = (env_gains @ (states.mean(0) - predicted).unsqueeze(-1)).squeeze(-1)
                 applied = torch.minimum(torch.maximum(action + correction, self.base.low), self.base.high)
             states = self.model.rollout_step(states, applied)
         plans = torch.stack(plan, 1)
         kept = [torch.ones(len(plans), 1), seq_t.view(-1, 1).float(), trips.float(),
                 plans.float().reshape(len(plans), -1)]
         if feedback:
-            gains_t, predicted_t = torch.stack(all_gains, 1), torch.stack(all_predicted, 1)
+            gains_t, predicted_t, own_t = (torch.stack(all_env_gains, 1), torch.stack(all_predicted, 1),
+                                           torch.stack(all_own, 1))
+            if own_t.any():
+                gains_t[own_t] = self._gains(predicted_t[own_t])
             kept += [gains_t.reshape(len(plans), -1), predicted_t.reshape(len(plans), -1)]
         memory = torch.cat(kept, 1)
         if feedback:
