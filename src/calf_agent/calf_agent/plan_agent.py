@@ -175,27 +175,25 @@ class PlanningAgent(nn.Module):
             spec['feedback'] = True
         return spec if self.disagreement_cut is None else {**spec, 'disagreement_cut': self.disagreement_cut}
 
-    def _env_action(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_plan: Tensor) -> Tensor:
+    def _env_element(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_plan: Tensor,
+                     prev_feedback: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """What the env applies at ``tick`` ``[B]`` if no newer plan arrives: the previous plan's element, its
-        hold once it runs out, or the start plan before any plan."""
+        hold once it runs out, or the start plan before any plan. With feedback (``prev_feedback``: the previous
+        plan's gains and predicted states) also that element's gains ``[B, A, O]``, zero on a held tick or the start
+        plan, and its predicted state ``[B, O]``."""
         index = tick - prev_seq - 1
         held = index >= self.plan_horizon
-        element = prev_plan[torch.arange(len(tick)), index.clamp(0, self.plan_horizon - 1)]
+        rows, kept = torch.arange(len(tick)), index.clamp(0, self.plan_horizon - 1)
+        element = prev_plan[rows, kept]
         if self._hold is not None:
             element = torch.where(_rows(held, element), self._hold.to(element.dtype), element)
         start = self._start[(tick - 1) % len(self._start)].to(element.dtype)
-        return torch.where(_rows(sent, element), element, start)
-
-    def _env_feedback(self, tick: Tensor, sent: Tensor, prev_seq: Tensor, prev_gains: Tensor,
-                      prev_predicted: Tensor) -> tuple[Tensor, Tensor]:
-        """The feedback ``([B, A, O], [B, O])`` of what the env applies at ``tick`` (``_env_action``): the previous
-        plan's element's, none (zero gains) for a held tick or the start plan."""
-        index = tick - prev_seq - 1
-        rows = torch.arange(len(tick))
-        element = index.clamp(0, self.plan_horizon - 1)
-        live = sent & (index < self.plan_horizon)
-        gains = torch.where(_rows(live, prev_gains[:, 0]), prev_gains[rows, element], 0.0)
-        return gains, prev_predicted[rows, element]
+        action = torch.where(_rows(sent, element), element, start)
+        if prev_feedback is None:
+            return action, None, None
+        prev_gains, prev_predicted = prev_feedback
+        gains = torch.where(_rows(sent & ~held, prev_gains[:, 0]), prev_gains[rows, kept], 0.0)
+        return action, gains, prev_predicted[rows, kept]
 
     def _base_action(self, x: Tensor, deterministic: bool) -> Tensor:
         """The base policy's actions at ``x`` ``[B, obs_dim]``; with feedback its deterministic one, whose gains
@@ -239,10 +237,11 @@ class PlanningAgent(nn.Module):
         lead = self._lead(trips)
         prev_plan = memory[:, 2 + window:2 + window + plan_size].view(-1, horizon, width)
         prev_plan = prev_plan if self.continuous else prev_plan[..., 0].long()
+        prev_feedback = None
         if feedback:
             previous = memory[:, 2 + window + plan_size:]
-            prev_gains = previous[:, :horizon * width * obs_size].view(-1, horizon, width, obs_size)
-            prev_predicted = previous[:, horizon * width * obs_size:].view(-1, horizon, obs_size)
+            prev_feedback = (previous[:, :horizon * width * obs_size].view(-1, horizon, width, obs_size),
+                             previous[:, horizon * width * obs_size:].view(-1, horizon, obs_size))
         states = x[None].expand(self.model.members, -1, -1)
         cut = torch.zeros(len(x), dtype=torch.bool)
         length = self._length(torch.where(sent, seq_t - prev_seq, len(self.lengths or ())))
@@ -256,10 +255,10 @@ class PlanningAgent(nn.Module):
             predicted = states.mean(0)
             env_gains, own = no_gains, torch.zeros(len(x), dtype=torch.bool)
             if env_side.all():
-                action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
+                action, gains, env_predicted = self._env_element(seq_t + 1 + j, sent, prev_seq, prev_plan,
+                                                                 prev_feedback)
                 if feedback:
-                    env_gains, predicted = self._env_feedback(seq_t + 1 + j, sent, prev_seq, prev_gains,
-                                                              prev_predicted)
+                    env_gains, predicted = gains, env_predicted
             else:
                 action = self._base_action(predicted, deterministic)
                 if j:
@@ -270,12 +269,11 @@ class PlanningAgent(nn.Module):
                     action = torch.where(_rows(cut, action), held, action)
                 own = ~env_side & ~cut
                 if env_side.any():
-                    env_action = self._env_action(seq_t + 1 + j, sent, prev_seq, prev_plan)
+                    env_action, gains, env_predicted = self._env_element(seq_t + 1 + j, sent, prev_seq, prev_plan,
+                                                                         prev_feedback)
                     action = torch.where(_rows(env_side, action), env_action.to(action.dtype), action)
                     if feedback:
-                        env_gains, env_predicted = self._env_feedback(seq_t + 1 + j, sent, prev_seq, prev_gains,
-                                                                      prev_predicted)
-                        env_gains = torch.where(_rows(env_side, env_gains), env_gains, 0.0)
+                        env_gains = torch.where(_rows(env_side, gains), gains, 0.0)
                         predicted = torch.where(_rows(env_side, predicted), env_predicted, predicted)
             plan.append(action)
             applied = action
