@@ -349,8 +349,8 @@ def stall_hits(report: dict) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize('network', sorted(LINK_STATE_PROFILES))
 def test_parity_of_link_state_across_episodes(network: str, policy: Path, tmp_path: Path) -> None:
-    """The link is one continuous process in both worlds: their episodes' returns come from one distribution
-    and, under a periodic stall, the stall hits each episode at the same place. Under the same stall on the uplink, neither
+    """The link is one continuous process in both worlds: their returns come from one distribution and, under a
+    periodic stall, they agree in where the stall hits each episode. Under the same stall on the uplink, neither
     acts on every observation a stall held: virtual time acts on the newest only. The sim_clean policy plays
     ~60-tick episodes under both profiles: about 30 s of real time per live run.
 
