@@ -106,9 +106,10 @@ class EnsembleDynamics(nn.Module):
         ``[K or 1, B, inputs - obs]``."""
         x = (torch.cat([states, actions.expand(len(states), -1, -1)], -1) - self.x_mean) / self.x_std
         x = x.clamp(-INPUT_BOUND, INPUT_BOUND)
-        for layer in self.layers[:-1]:
+        *hidden, last = self.layers  # iterated, not sliced: a slice builds a new ModuleList on every step
+        for layer in hidden:
             x = nn.functional.silu(layer(x))
-        return states + self.layers[-1](x) * self.y_std + self.y_mean
+        return states + last(x) * self.y_std + self.y_mean
 
     def rollout_step(self, states: Tensor, action: Tensor) -> Tensor:
         """``step`` with one raw action per row (``[B]`` or ``[B, A]``), the same for every member."""

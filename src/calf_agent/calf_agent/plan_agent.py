@@ -249,11 +249,12 @@ class PlanningAgent(nn.Module):
         all_env_gains: list[Tensor] = []  # per element: the env's plan's gains on the lead ticks, else zero
         all_predicted: list[Tensor] = []
         all_own: list[Tensor] = []  # per element: rows whose element is this plan's own, not cut (their gains after)
-        no_gains = torch.zeros(len(x), width, obs_size)
+        no_gains = torch.zeros(len(x), width, obs_size) if feedback else None
+        no_rows = torch.zeros(len(x), dtype=torch.bool)
         for j in range(horizon):
             env_side = j < lead  # [B]: the env runs an earlier plan (or its fallback) at this tick
             predicted = states.mean(0)
-            env_gains, own = no_gains, torch.zeros(len(x), dtype=torch.bool)
+            env_gains, own = no_gains, no_rows
             if env_side.all():
                 action, gains, env_predicted = self._env_element(seq_t + 1 + j, sent, prev_seq, prev_plan,
                                                                  prev_feedback)
