@@ -29,7 +29,7 @@ from calf_core.envs import make_env
 from calf_core.errors import ConfigError
 from calf_core.timing import Verdict
 from calf_env.env_config import StartGate, next_tick
-from calf_env.env_node import EnvNode
+from calf_env.env_node import ArrivedAction, EnvNode
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.qos import RESULTS, STREAM
 
@@ -204,29 +204,31 @@ def test_a_late_tick_happens_at_its_deadline(graph: Graph, tmp_path: Path) -> No
     before the thread ran tick k waits for tick k + 1, as in virtual time, where it arrived after tick k; the tick's
     time (its observation's stamp, the E2E latencies) is the deadline. An action arriving while others are held
     waits behind them, so that the stepper takes them in order of arrival (none stale). Each counted result says
-    how many of its actions came from each Action.source."""
+    how many of its actions came from each Action.source, and the compute times the policy sent with them (a value
+    that cannot be a measurement, NaN or over an hour, is not kept)."""
     results_file = tmp_path / 'results.jsonl'
     env = env_node(graph, 'late', wait_for_policy=False, results_file=str(results_file))  # no subscriber: the
     tick = env.config.tick_s  # node's own thread waits, and the test runs its ticks
     env._tick(0.0)  # reset: observation 0
     episode = env.stepper.episode
-    env._apply_action(0, episode, [1], 0.5 * tick, 'a')  # before tick 1's deadline: offered at once
+    env._apply_action(ArrivedAction(0, episode, [1], 0.5 * tick, 'a', None, 2.5))  # before tick 1's deadline: offered at once
     assert env.stepper.executor.newest_seq == 0
     env._tick(tick)
-    env._apply_action(1, episode, [0], 2.5 * tick, 'b')  # after tick 2's deadline, tick 2 not run yet
+    env._apply_action(ArrivedAction(1, episode, [0], 2.5 * tick, 'b', None, math.nan))  # after tick 2's deadline, tick 2 not run yet
     env._tick(2 * tick)
     assert env.stepper.executor.newest_seq == 0  # tick 2 did not take it
-    env._apply_action(2, episode, [1], 2.8 * tick, 'c')  # before tick 3's deadline, after 'b': taken after it
+    env._apply_action(ArrivedAction(2, episode, [1], 2.8 * tick, 'c', None, 4e6))  # before tick 3's deadline, after 'b': taken after it
     env._tick(3 * tick)
     assert env.stepper.executor.newest_seq == 2 and env.verdicts[Verdict.STALE] == 0
     assert env.stepper.e2e_ms[-2:] == pytest.approx([1.5 * tick * 1e3, 0.8 * tick * 1e3])
-    env._apply_action(2, episode, [1], 3.5 * tick, 'c')  # a duplicate, counted as sent
+    env._apply_action(ArrivedAction(2, episode, [1], 3.5 * tick, 'c', None, 0.75))  # a duplicate, counted as sent
     k = 4
     while env.episodes_done == 0 and k < 1000:
         env._tick(k * tick)
         k += 1
     [line] = [json.loads(line) for line in results_file.read_text().splitlines()]
     assert (line['episode'], line['sources'], line['actions_applied']) == (episode, {'a': 1, 'b': 1, 'c': 2}, 3)
+    assert line['compute_samples_ms'] == [2.5, 0.75]
 
 
 def test_env_without_a_policy_exits_after_policy_timeout_s(graph: Graph) -> None:

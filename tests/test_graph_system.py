@@ -412,6 +412,9 @@ def test_plan_policy_completes_episodes_through_calf_eval_ros(tmp_path: Path,
     report = json.loads(capsys.readouterr().out)
     assert (report['backend'], report['episodes'], len(report['returns'])) == ('ros', 3, 3)
     assert min(report['returns']) >= 8 and report['e2e_latency_ms']['samples'] > 0
+    compute = report['policy_compute_ms']  # the planner's own answer time, from each Action.compute_ms
+    assert compute['samples'] >= report['e2e_latency_ms']['samples'] and 0 < compute['p50'] <= compute['p95']
+    assert compute['profile_assumes'] == 1.0
 
 
 def confidence_interval(returns: list[float]) -> tuple[float, float]:

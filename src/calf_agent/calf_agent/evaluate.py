@@ -27,6 +27,13 @@ from calf_core.envs import make_networked_env
 from calf_core.profiles import Profile
 
 
+def percentiles_ms(samples: Any) -> dict[str, Any]:
+    """The p50 and p95 of ``samples`` (ms; None if there are none) and their count."""
+    values = np.asarray(samples, dtype=float)
+    pct = (lambda q: round(float(np.percentile(values, q)), 3)) if values.size else (lambda q: None)
+    return {'p50': pct(50), 'p95': pct(95), 'samples': int(values.size)}
+
+
 @dataclass
 class EpisodeLog:
     """Per-episode outcomes gathered by either evaluation backend."""
@@ -50,12 +57,10 @@ class EpisodeLog:
         """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample, flat and per episode.
 
         ``mode`` repeats ``backend`` for readers of the previous release; it goes with ``--mode``."""
-        e2e = np.asarray(self.e2e_ms)
-        pct = (lambda q: round(float(np.percentile(e2e, q)), 3)) if e2e.size else (lambda q: None)
         return {'backend': backend, 'mode': backend, 'network': network, 'episodes': len(self.returns),
                 'mean_return': float(np.mean(self.returns)), 'std_return': float(np.std(self.returns)),
                 'success_rate': float(np.mean(self.successes)), 'mean_length': float(np.mean(self.lengths)),
-                'e2e_latency_ms': {'p50': pct(50), 'p95': pct(95), 'samples': int(e2e.size)},
+                'e2e_latency_ms': percentiles_ms(self.e2e_ms),
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
                 'returns': self.returns, **extra,
                 **({'e2e_samples_ms': self.e2e_ms, 'episode_e2e_samples_ms': self.episode_e2e_ms}

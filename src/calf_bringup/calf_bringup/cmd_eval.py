@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -20,6 +21,7 @@ MAX_DOMAIN_ID = 232  # ROS 2 domain ids are 0..232
 PRIVATE_DOMAINS = (1, 101)  # a random private domain is drawn from this range (valid on Linux hosts)
 E2E_REFERENCE_SAMPLES = 20_000
 BACKENDS = ('sim', 'ros')
+SLOW_COMPUTE_RATIO, SLOW_COMPUTE_MARGIN_MS = 1.5, 1.0  # a measured compute p50 beyond both is worth a warning
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,6 +76,21 @@ def with_e2e_definitions(report: dict[str, Any], network: str, placement: str, s
                                     + E2E_DEFINITIONS['all_messages']}}
 
 
+def slow_compute_warning(report: dict[str, Any]) -> str | None:
+    """A warning when the live policy took much longer to answer than the profile's ``compute_ms`` assumes (more
+    than ``SLOW_COMPUTE_RATIO`` times and ``SLOW_COMPUTE_MARGIN_MS`` more): virtual time, which trains and
+    evaluates with the profile's figure, then counts every answer as earlier than it arrives live."""
+    compute = report.get('policy_compute_ms')
+    if not compute or compute['p50'] is None:
+        return None
+    measured, assumed = compute['p50'], compute['profile_assumes']
+    if measured <= max(SLOW_COMPUTE_RATIO * assumed, assumed + SLOW_COMPUTE_MARGIN_MS):
+        return None
+    return (f'calf eval: warning: the policy took {measured:.1f} ms to answer at p50, and the profile assumes '
+            f'{assumed:g} ms (compute_ms): virtual time counts its answers as earlier than they arrive here; '
+            f'set compute_ms: {math.ceil(measured)} in the profile you train and evaluate with')
+
+
 def renamed(args: argparse.Namespace, new: str, old: str, default: str) -> str:
     """Option ``new``, else its deprecated alias ``old`` (which warns, as calf run's --graph does), else ``default``."""
     value, alias = getattr(args, new), getattr(args, old)
@@ -102,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
                   'time_scale': None}  # virtual time: no wall clock to scale
     report = with_e2e_definitions(report, args.network, placement, args.seed)
     report['placement'] = placement  # 'graph' repeats it for readers of the previous release
+    warning = slow_compute_warning(report)
+    if warning:
+        print(warning, file=sys.stderr)
     if args.json:
         print(json.dumps(report))
     else:
@@ -111,4 +131,8 @@ def run(args: argparse.Namespace) -> int:
               f"{report['success_rate']:.0%}")
         print(f"  E2E acted-on observations (measured) p50 {e2e['p50']} ms p95 {e2e['p95']} ms; "
               f"all messages (profile) p50 {every['p50']:.1f} ms p95 {every['p95']:.1f} ms")
+        if 'policy_compute_ms' in report:
+            compute = report['policy_compute_ms']
+            print(f"  policy compute (measured) p50 {compute['p50']} ms p95 {compute['p95']} ms; the profile "
+                  f"assumes {compute['profile_assumes']:g} ms")
     return 0

@@ -1,15 +1,17 @@
-"""calf profile show|schema, and the parts of calf eval that name the ROS domain and the E2E figures."""
+"""calf profile show|schema, and the parts of calf eval that name the ROS domain, the E2E figures and a
+policy slower than its profile."""
 from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from pathlib import Path
 
 import pytest
 
 from calf_bringup import cli
-from calf_bringup.cmd_eval import choose_domain, with_e2e_definitions
+from calf_bringup.cmd_eval import choose_domain, slow_compute_warning, with_e2e_definitions
 from calf_core.errors import ConfigError
 from calf_core.profile_schema import PROFILE_KEYS, STAGES, json_schema
 
@@ -99,3 +101,17 @@ def test_eval_report_names_its_e2e_figure_and_adds_the_all_messages_one() -> Non
     assert every['p95'] > 150 and 'every delivered round trip' in every['definition']
     edge = with_e2e_definitions({'e2e_latency_ms': {}}, 'ablation_jitter', 'flat_edge', 0)
     assert edge['e2e_all_messages_ms']['p95'] == 0.0  # the policy sits beside the env: no network
+
+
+@pytest.mark.parametrize('p50, assumed, warned', [(4.2, 1.0, True), (1.4, 1.0, False), (1.9, 1.0, False),
+                                                   (0.8, 0.0, False), (2.1, 0.0, True), (30.0, 20.0, False),
+                                                   (31.0, 20.0, True), (None, 1.0, False)])
+def test_eval_warns_when_the_live_policy_answers_slower_than_its_profile_assumes(p50: float | None, assumed: float,
+                                                                                 warned: bool) -> None:
+    """More than 1.5 times and 1 ms beyond the profile's compute_ms: the warning names both and the fix."""
+    warning = slow_compute_warning({'policy_compute_ms': {'p50': p50, 'p95': p50, 'samples': 5,
+                                                          'profile_assumes': assumed}})
+    assert (warning is not None) == warned
+    if warned:
+        assert f'{p50:.1f} ms' in warning and f'compute_ms: {math.ceil(p50)}' in warning
+    assert slow_compute_warning({'e2e_latency_ms': {}}) is None  # virtual time measures no compute

@@ -26,7 +26,7 @@ from rclpy.subscription import MessageInfo
 
 from calf_core.errors import ConfigError, MessageError
 from calf_core.timing import ObsRecord
-from calf_env.env_node import EnvNode
+from calf_env.env_node import ArrivedAction, EnvNode
 from calf_ros.adapters import AdapterConfig, load_adapter_config, set_fields
 from calf_ros.arrival import age_s
 from calf_ros.message_types import resolve_type
@@ -79,7 +79,7 @@ class AdapterEnvNode(EnvNode):
         except MessageError as err:
             self._reject(err)
             return
-        self._apply_action(self.stepper.tick_index, self.stepper.episode, (action,), now)
+        self._apply_action(ArrivedAction(self.stepper.tick_index, self.stepper.episode, (action,), now, ''))
 
 
 def _actions(table: tuple[tuple[float, ...], ...] | None) -> str:

@@ -16,7 +16,8 @@ A tick happens at its deadline, as in virtual time, however late the busy host w
 observation is stamped with the deadline (the shim's delays run from that stamp), and an action that arrived
 after the deadline waits for the next tick instead of reaching this one. Each counted result in
 ``results_file`` also says how many of the episode's actions came from each ``Action.source`` (``sources``:
-the share of each sub-policy under a hierarchy, counted where the actions are applied).
+the share of each sub-policy under a hierarchy, counted where the actions are applied), and the compute time
+each policy sent with them (``compute_samples_ms``, from ``Action.compute_ms``).
 
 Subclasses change the observation and action messages by overriding ``_open_topics`` and
 ``_publish_observation`` (``calf_env.adapter_env_node``: standard messages).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import sys
 import threading
@@ -53,6 +55,8 @@ from calf_ros.qos import RESULTS
 LATE_ACTIONS = 64  # actions held for the next tick while a late tick thread has not run the one before
 MAX_SOURCES = 16  # distinct Action.source names counted per episode (the rest are applied, not counted)
 SOURCE_VERDICTS = frozenset({Verdict.ACCEPTED, Verdict.STALE, Verdict.DUPLICATE})  # valid, of this episode
+MAX_COMPUTE_SAMPLES = 10_000  # Action.compute_ms values kept per episode (the newest)
+MAX_COMPUTE_MS = 3_600_000.0  # a larger Action.compute_ms is not a measurement: not kept
 
 
 class ArrivedAction(NamedTuple):
@@ -63,6 +67,7 @@ class ArrivedAction(NamedTuple):
     now: float
     source: str
     feedback: Feedback | None = None
+    compute_ms: float = math.nan  # the policy's Action.compute_ms; NaN when the message has none
 
 
 class EnvNode(Node):
@@ -86,6 +91,7 @@ class EnvNode(Node):
         self._next_deadline = 0.0  # node seconds of the next tick the thread is to run
         self._late: deque[ArrivedAction] = deque(maxlen=LATE_ACTIONS)
         self._sources: Counter[str] = Counter()  # the current episode's offered actions per Action.source
+        self._compute_ms: deque[float] = deque(maxlen=MAX_COMPUTE_SAMPLES)  # theirs, as the policy measured it
         self._stats_seq = itertools.count()
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._t0_ns = self._clock.now().nanoseconds
@@ -165,10 +171,11 @@ class EnvNode(Node):
                 record = self.stepper.reset(now, self.config.seed if first else None)
                 self._counting = self.gate.open
                 self._sources.clear()
+                self._compute_ms.clear()
             else:
                 record = self.stepper.tick(now)
             summary = self.stepper.finish() if self.stepper.done else None
-            sources = dict(self._sources)
+            ended = (dict(self._sources), list(self._compute_ms)) if summary is not None else ({}, [])
         for late, verdict in verdicts:
             self._judge(late.obs_seq, verdict)
         if first and self.config.wait_for_policy:
@@ -182,7 +189,7 @@ class EnvNode(Node):
             self.get_logger().info(f'episode 0 ended after {summary.length} ticks without an action applied: '
                                    f'not counted, it starts again')
             return True
-        return self._end_episode(summary, ns, sources)
+        return self._end_episode(summary, ns, *ended)
 
     def _action_topic(self) -> str:
         return self._action_sub.topic_name
@@ -194,13 +201,14 @@ class EnvNode(Node):
     def _publish_observation(self, record: ObsRecord, ns: int) -> None:
         self._obs_pub.publish(obs_to_msg(record, ns, self.run_id))
 
-    def _end_episode(self, summary: EpisodeSummary, ns: int, sources: dict[str, int]) -> bool:
+    def _end_episode(self, summary: EpisodeSummary, ns: int, sources: dict[str, int], compute_ms: list[float]) -> bool:
         self._result_pub.publish(summary_to_msg(summary, self.episodes_done, ns))
         self._write_result({'seq': self.episodes_done, 'episode': int(summary.episode),
                             'episode_return': float(summary.episode_return), 'length': int(summary.length),
                             'success': bool(summary.success), 'actions_applied': int(summary.actions_applied),
                             'ticks_held': int(summary.ticks_held),
-                            'e2e_samples_ms': [float(x) for x in summary.e2e_ms], 'sources': sources})
+                            'e2e_samples_ms': [float(x) for x in summary.e2e_ms], 'sources': sources,
+                            'compute_samples_ms': compute_ms})
         self.episodes_done += 1
         self.get_logger().info(
             f'episode {self.episodes_done - 1}: return {summary.episode_return:g}, length {summary.length}, '
@@ -222,26 +230,25 @@ class EnvNode(Node):
         except MessageError as err:
             self._reject(err)
             return
-        self._apply_action(action.obs_seq, action.episode, action.plan, now, action.source, action.feedback)
+        self._apply_action(ArrivedAction(action.obs_seq, action.episode, action.plan, now, action.source,
+                                         action.feedback, action.compute_ms))
 
     def _reject(self, err: MessageError) -> None:
         self.rejected += 1
         self.get_logger().warning(f'rejected action ({self.rejected} so far): {err}', throttle_duration_sec=1.0)
 
-    def _apply_action(self, obs_seq: int, episode: int, plan: Sequence[Any], now: float, source: str = '',
-                      feedback: Feedback | None = None) -> None:
-        """Offer an action (a plan, with its feedback if any) answering observation ``obs_seq`` of ``episode``,
-        arrived at ``now``, or hold it for the next tick if it arrived after the deadline of the tick the thread
-        has not run yet; one the stepper refuses (out of the action space, feedback that does not fit) is rejected
+    def _apply_action(self, action: ArrivedAction) -> None:
+        """Offer an action (a plan, with its feedback if any) answering observation ``action.obs_seq``, arrived at
+        ``action.now``, or hold it for the next tick if it arrived after the deadline of the tick the thread has
+        not run yet; one the stepper refuses (out of the action space, feedback that does not fit) is rejected
         like a malformed message."""
-        action = ArrivedAction(obs_seq, episode, plan, now, source, feedback)
         with self._lock:
-            self.gate.heard(now)
-            if now > self._next_deadline or self._late:  # behind the held ones: the stepper takes arrivals in order
+            self.gate.heard(action.now)
+            if action.now > self._next_deadline or self._late:  # behind the held ones: the stepper takes arrivals in order
                 self._late.append(action)
                 return
             verdict = self._offer(action)
-        self._judge(obs_seq, verdict)
+        self._judge(action.obs_seq, verdict)
 
     def _due_late_actions(self, deadline: float) -> list[ArrivedAction]:
         """The held actions that arrived by ``deadline``, in order of arrival; the others stay held."""
@@ -251,7 +258,8 @@ class EnvNode(Node):
         return due
 
     def _offer(self, action: ArrivedAction) -> Verdict:
-        """Hand an action to the stepper (the lock held); count it by source if it answers this episode."""
+        """Hand an action to the stepper (the lock held); if it answers this episode, count it by source and keep
+        its compute time."""
         measured = len(self.stepper.e2e_ms)
         verdict = self.stepper.on_action(action.obs_seq, action.episode, action.plan, action.now,
                                          feedback=action.feedback)
@@ -260,6 +268,8 @@ class EnvNode(Node):
         counted = action.source in self._sources or len(self._sources) < MAX_SOURCES
         if verdict in SOURCE_VERDICTS and counted:
             self._sources[action.source] += 1
+        if verdict in SOURCE_VERDICTS and 0.0 <= action.compute_ms <= MAX_COMPUTE_MS:  # NaN fails both
+            self._compute_ms.append(float(action.compute_ms))
         return verdict
 
     def _judge(self, obs_seq: int, verdict: Verdict) -> None:
