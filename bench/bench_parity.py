@@ -7,7 +7,9 @@ returns agree, the live graph pays at least the modelled delays); this bench mea
 the latencies come, which depends on the host's load. ``--load N`` runs N CPU-bound processes beside
 the graph for the whole ros evaluation (as a busy robot computer would; each stops by itself after
 ``--load-limit-s`` at the latest, and all are stopped at the end). Missed tick deadlines are the env
-node's (its last episode line), as a share of its ticks. Without ``--policy`` it trains the test's
+node's (its last episode line), as a share of its ticks. The policy's compute p50 (``Action.compute_ms``,
+live) stands beside the profile's ``compute_ms``, which virtual time assumes: their difference is part of the
+live E2E that no timing rule can remove. Without ``--policy`` it trains the test's
 policy first (PPO, 20,000 steps under sim_clean, about 10 s).
 
     python bench/bench_parity.py [--policy DIR] [--network wifi_normal] [--episodes 20] [--repeats 1] [--load 4]
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -82,6 +85,10 @@ def main() -> None:
         verdict = 'met' if abs(ratio - 1) <= goal else 'NOT met'
         print(f'{"E2E " + q + " (ms)":<18}{sim["e2e_latency_ms"][q]:>10.1f}{ros:>10.1f}{ratio:>12.3f}   '
               f'within {goal:.0%}: {verdict}')
+    compute = statistics.median(r['policy_compute_ms']['p50'] for r in ros_runs)
+    assumed = ros_runs[0]['policy_compute_ms']['profile_assumes']
+    print(f'{"compute p50 (ms)":<18}{assumed:>10.1f}{compute:>10.1f}{compute / assumed if assumed else math.inf:>12.3f}'
+          f'   none (sim: the profile\'s compute_ms; ros: the policy\'s own, {compute - assumed:+.1f} ms of the E2E)')
     timed = [r for r in ros_runs if 'ticks' in r]
     if timed:
         missed = statistics.median(r['missed'] / r['ticks'] for r in timed)
