@@ -43,6 +43,7 @@ class EpisodeLog:
     successes: list[bool] = field(default_factory=list)
     e2e_ms: list[float] = field(default_factory=list)
     episode_e2e_ms: list[list[float]] = field(default_factory=list)  # per episode, in arrival order
+    compute_ms: list[float] = field(default_factory=list)  # the policy's measured answer times (live only)
     obs_lost: int = 0
     actions_lost: int = 0
 
@@ -53,14 +54,17 @@ class EpisodeLog:
         self.episode_e2e_ms.append([float(x) for x in e2e_ms])
         self.e2e_ms.extend(self.episode_e2e_ms[-1])
 
-    def report(self, backend: str, network: str, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
+    def report(self, backend: str, profile: Profile, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
         """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample, flat and per episode.
+        ``policy_compute_ms`` sets the policy's measured answer times (none in virtual time) beside the
+        ``compute_ms`` that ``profile`` assumes.
 
         ``mode`` repeats ``backend`` for readers of the previous release; it goes with ``--mode``."""
-        return {'backend': backend, 'mode': backend, 'network': network, 'episodes': len(self.returns),
+        return {'backend': backend, 'mode': backend, 'network': profile.name, 'episodes': len(self.returns),
                 'mean_return': float(np.mean(self.returns)), 'std_return': float(np.std(self.returns)),
                 'success_rate': float(np.mean(self.successes)), 'mean_length': float(np.mean(self.lengths)),
                 'e2e_latency_ms': percentiles_ms(self.e2e_ms),
+                'policy_compute_ms': {**percentiles_ms(self.compute_ms), 'profile_assumes': profile.compute_ms},
                 'obs_lost': self.obs_lost, 'actions_lost': self.actions_lost,
                 'returns': self.returns, **extra,
                 **({'e2e_samples_ms': self.e2e_ms, 'episode_e2e_samples_ms': self.episode_e2e_ms}
@@ -135,7 +139,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                     feats[i], seqs[i], applied[i] = _start(envs[i], histories[i], seed + started)
                     state_reset[i] = True
                     started += 1
-    return log.report('sim', profile.name, keep_samples, policy=str(policy_dir), seed=seed)
+    return log.report('sim', profile, keep_samples, policy=str(policy_dir), seed=seed)
 
 
 def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int, int]:

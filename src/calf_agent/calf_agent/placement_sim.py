@@ -161,7 +161,7 @@ def evaluate_hierarchy_sim(hierarchy_dir: Path | str, profile: Profile, episodes
             bar.update(1)
     log.obs_lost, log.actions_lost = sim.obs_lost, sim.actions_lost
     total = sum(sim.arbiter.forwarded.values()) or 1
-    return log.report('sim', profile.name, keep_samples, policy=str(hierarchy_dir), seed=seed, graph='hierarchical',
+    return log.report('sim', profile, keep_samples, policy=str(hierarchy_dir), seed=seed, graph='hierarchical',
                       forwarded_share={name: round(n / total, 4) for name, n in sim.arbiter.forwarded.items()})
 
 

@@ -203,7 +203,7 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
                     return done
                 spin(all_counted, evaluation_timeout_s(env, episodes, time_scale), f'{episodes} episodes')
             after = _fresh_counters(spin, listener) if with_shim else before
-        from calf_agent.evaluate import EpisodeLog, percentiles_ms  # torch: not before the nodes start
+        from calf_agent.evaluate import EpisodeLog  # torch: not before the nodes start
 
         log = EpisodeLog()
         for seq in counted:
@@ -211,11 +211,11 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
             log.add(result['episode_return'], result['length'], result['success'],
                     [sample * time_scale for sample in result['e2e_samples_ms']])
         log.obs_lost, log.actions_lost = (after[d] - before[d] for d in DIRECTIONS)
-        compute = [sample * time_scale for seq in counted for sample in listener.results[seq]['compute_samples_ms']]
+        log.compute_ms = [sample * time_scale for seq in counted
+                          for sample in listener.results[seq]['compute_samples_ms']]
         extra = {'forwarded_share': listener.shares(counted)} if sources else {}
-        return log.report('ros', profile.name, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed,
-                          graph=placement, policy_compute_ms={**percentiles_ms(compute),
-                                                              'profile_assumes': profile.compute_ms}, **extra)
+        return log.report('ros', profile, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed,
+                          graph=placement, **extra)
     finally:
         executor.shutdown()
         node.destroy_node()
