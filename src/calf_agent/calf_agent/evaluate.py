@@ -56,7 +56,7 @@ class EpisodeLog:
 
     def report(self, backend: str, profile: Profile, keep_samples: bool = False, **extra: Any) -> dict[str, Any]:
         """The stable JSON of ``calf eval``; ``keep_samples`` adds every E2E latency sample, flat and per episode.
-        ``policy_compute_ms`` sets the policy's measured answer times (none in virtual time) beside the
+        ``policy_compute_ms`` gives the policy's measured answer times (none in virtual time) beside the
         ``compute_ms`` that ``profile`` assumes.
 
         ``mode`` repeats ``backend`` for readers of the previous release; it goes with ``--mode``."""
