@@ -265,11 +265,11 @@ class EnvNode(Node):
                                          feedback=action.feedback)
         self._window.extend(self.stepper.e2e_ms[measured:])
         self.verdicts[verdict] += 1
-        counted = action.source in self._sources or len(self._sources) < MAX_SOURCES
-        if verdict in SOURCE_VERDICTS and counted:
-            self._sources[action.source] += 1
-        if verdict in SOURCE_VERDICTS and 0.0 <= action.compute_ms <= MAX_COMPUTE_MS:  # NaN fails both
-            self._compute_ms.append(float(action.compute_ms))
+        if verdict in SOURCE_VERDICTS:
+            if action.source in self._sources or len(self._sources) < MAX_SOURCES:
+                self._sources[action.source] += 1
+            if 0.0 <= action.compute_ms <= MAX_COMPUTE_MS:  # NaN fails both
+                self._compute_ms.append(float(action.compute_ms))
         return verdict
 
     def _judge(self, obs_seq: int, verdict: Verdict) -> None:
