@@ -63,12 +63,22 @@ def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SMALL = PlannerConfig(transitions=20_000, epochs=10, members=2, hidden=(64, 64), rollout=2, refits=1,
                       cut_quantile=None)
 """A planner small enough for fast tests: two members, 2-step rollouts, one refit, no cut."""
+QUICK = replace(SMALL, transitions=2_000, epochs=2)
+"""SMALL's recipe on a tenth of its data, for tests of what a plan is made of, not of how well it plays."""
 TINY = PlannerConfig(transitions=100, epochs=1, members=1, hidden=(8,), rollout=1, refits=0)
 
 
 @pytest.fixture(scope='module')
 def planner_dir(base_dir: Path) -> Path:
     out = base_dir.parent / 'planner'
+    train_planner(base_dir, out, 'delay_only', plan_horizon=16, seed=0, lead=6, cfg=QUICK, progress=False)
+    return out
+
+
+@pytest.fixture(scope='module')
+def fitted_planner_dir(base_dir: Path) -> Path:
+    """``planner_dir``'s planner fitted on SMALL's whole budget (about a minute), for what its plans buy."""
+    out = base_dir.parent / 'fitted_planner'
     train_planner(base_dir, out, 'delay_only', plan_horizon=16, seed=0, lead=6, cfg=SMALL, progress=False)
     return out
 
@@ -106,12 +116,13 @@ def test_plans_copy_what_runs_before_they_can_arrive(planner_dir: Path) -> None:
     assert second[0, :6].tolist() == first[0, 3:9].tolist()
 
 
+@pytest.mark.slow
 def test_plans_survive_a_six_tick_delay_that_single_actions_do_not(tmp_path: Path, base_dir: Path,
-                                                                     planner_dir: Path) -> None:
+                                                                     fitted_planner_dir: Path) -> None:
     (tmp_path / 'slow.yaml').write_text(SLOW_LINK)
     slow = load_profile(tmp_path / 'slow.yaml')
     single = evaluate_sim(base_dir, slow, episodes=8, seed=0)
-    planned = evaluate_sim(planner_dir, slow, episodes=8, seed=0)
+    planned = evaluate_sim(fitted_planner_dir, slow, episodes=8, seed=0)
     assert single['e2e_latency_ms']['p50'] == planned['e2e_latency_ms']['p50'] == pytest.approx(120.0)
     assert planned['mean_return'] >= 450 and single['mean_return'] < 200, (planned['returns'], single['returns'])
 
@@ -135,8 +146,9 @@ def test_planner_needs_a_single_action_mlp_base_and_a_lead_below_the_horizon(tmp
         train_planner(tmp_path / 'missing', tmp_path / 'out', 'delay_only', 16, 0)
 
 
-def test_planner_meta_records_the_dynamics_error(planner_dir: Path) -> None:
-    dynamics = json.loads((planner_dir / 'meta.json').read_text())['planner']['dynamics']
+@pytest.mark.slow
+def test_planner_meta_records_the_dynamics_error(fitted_planner_dir: Path) -> None:
+    dynamics = json.loads((fitted_planner_dir / 'meta.json').read_text())['planner']['dynamics']
     rmse = dynamics['rollout_rmse_16_ticks']
     assert len(rmse) == 4 and max(rmse) < 0.05, rmse
 
@@ -165,6 +177,15 @@ def pendulum_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope='module')
 def pendulum_planner(pendulum_base: Path) -> Path:
     out = pendulum_base.parent / 'planner'
+    train_planner(pendulum_base, out, 'full_net_aware', plan_horizon=8, seed=0,
+                  cfg=replace(QUICK, cut_quantile=0.99), progress=False)
+    return out
+
+
+@pytest.fixture(scope='module')
+def fitted_pendulum_planner(pendulum_base: Path) -> Path:
+    """``pendulum_planner``'s planner fitted on SMALL's whole budget (about a minute), for what its plans buy."""
+    out = pendulum_base.parent / 'fitted_planner'
     train_planner(pendulum_base, out, 'full_net_aware', plan_horizon=8, seed=0,
                   cfg=replace(SMALL, cut_quantile=0.99), progress=False)
     return out
@@ -213,11 +234,12 @@ def test_continuous_plans_copy_the_env_side_then_follow_the_model(pendulum_plann
     assert late[0, :lead, 0].tolist() == [second[0, 7, 0]] + [0.0] * (lead - 1) and second[0, 7, 0] != 0.0
 
 
+@pytest.mark.slow
 def test_continuous_plans_survive_the_full_profile_where_single_torques_fall(pendulum_base: Path,
-                                                                           pendulum_planner: Path) -> None:
+                                                                           fitted_pendulum_planner: Path) -> None:
     network = load_profile('full_net_aware')
     single = evaluate_sim(pendulum_base, network, episodes=6, seed=0)
-    planned = evaluate_sim(pendulum_planner, network, episodes=6, seed=0)
+    planned = evaluate_sim(fitted_pendulum_planner, network, episodes=6, seed=0)
     assert planned['mean_return'] >= 900 and single['mean_return'] < 500, (planned['returns'], single['returns'])
 
 
@@ -255,8 +277,10 @@ def test_feedback_plans_carry_the_base_policys_gains_at_each_predicted_state(pen
     assert np.array_equal(second.predicted[0, :lead], first.predicted[0, 2:2 + lead])
 
 
-def test_feedback_plans_run_through_evaluation_and_the_policy_runner(pendulum_planner: Path, tmp_path: Path) -> None:
-    feedback = with_feedback(pendulum_planner, tmp_path / 'feedback')
+@pytest.mark.slow
+def test_feedback_plans_run_through_evaluation_and_the_policy_runner(fitted_pendulum_planner: Path,
+                                                                     tmp_path: Path) -> None:
+    feedback = with_feedback(fitted_pendulum_planner, tmp_path / 'feedback')
     report = evaluate_sim(feedback, load_profile('full_net_aware'), episodes=4, seed=0)
     assert report['mean_return'] >= 900, report['returns']
     plan = PolicyRunner.from_checkpoint(feedback).on_observation(ReceivedObservation(0, 0, np.zeros(4, np.float32)))
@@ -389,7 +413,7 @@ def test_planner_meta_records_the_ensemble_and_its_cut(pendulum_planner: Path) -
     dynamics = meta['planner']['dynamics']
     assert (dynamics['members'], dynamics['rollout'], agent.model.members) == (2, 2, 2)
     assert [r['source'] for r in dynamics['rounds']] == ['base', 'planner behind full_net_aware']
-    assert sum(r['transitions'] for r in dynamics['rounds']) == dynamics['transitions'] == 20_000
+    assert sum(r['transitions'] for r in dynamics['rounds']) == dynamics['transitions'] == QUICK.transitions
     by_tick = dynamics['rollout_rmse_by_tick']
     assert len(by_tick) == 8 and all(len(row) == 4 for row in by_tick) and by_tick[-1] == dynamics['rollout_rmse_8_ticks']
     assert len(dynamics['disagreement_by_tick']) == 8 and dynamics['cut_quantile'] == 0.99
