@@ -1,13 +1,13 @@
 """Write a table of `calf experiment` from the cells already in its cache, without training or evaluating more.
 
-    python bench/table_from_cache.py TABLE OUT results    # OUT: the --out of `calf experiment TABLE`
+    python bench/table_from_cache.py TABLE OUT results [--seeds 3] [--episodes 50]    # OUT: its --out
 
-Seeds whose cells are not in the cache are listed as missing in the cell (``failed_seeds``); ``calf experiment
+Seeds whose cells are not in the cache are listed as not run in the cell (``failed_seeds``); ``calf experiment
 TABLE --seeds 3 --episodes 50 --workers 1 --out OUT`` fills the rest from the same cache.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
@@ -22,10 +22,18 @@ def main(name: str, out: Path, results: Path, seeds: int = 3, episodes: int = 50
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
     cached = {e.key: out / 'cache' / 'eval' / f'{e.key}.json' for e in evals}
     reports = {key: read_json(path, 'cached evaluation') for key, path in cached.items() if path.is_file()}
-    command = f'python bench/table_from_cache.py {name} {out} {results}'
-    for path in write_outputs(collect(spec, trains, evals, reports), results, command, time.time()):
+    command = f'python bench/table_from_cache.py {name} {out} {results} --seeds {seeds} --episodes {episodes}'
+    result = {**collect(spec, trains, evals, reports), 'missing_as': 'not run'}
+    for path in write_outputs(result, results, command, time.time()):
         print(path)
 
 
 if __name__ == '__main__':
-    main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('table', choices=sorted(TABLES))
+    parser.add_argument('out', type=Path, help='the --out of `calf experiment TABLE`')
+    parser.add_argument('results', type=Path)
+    parser.add_argument('--seeds', type=int, default=3)
+    parser.add_argument('--episodes', type=int, default=50)
+    args = parser.parse_args()
+    main(args.table, args.out, args.results, args.seeds, args.episodes)

@@ -27,7 +27,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     cols = result['columns']
     lines = ['| training | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
     for row, cells in result['cells'].items():
-        ours = [_cell(cells[c]) for c in cols]
+        ours = [_cell(cells[c], result.get('missing_as', 'failed')) for c in cols]
         mark = ' (ours)' if row in result['paper'] else ''
         lines.append(f'| **{row}**{mark} | ' + ' | '.join(ours) + ' |')
         if row in result['paper']:
@@ -55,16 +55,17 @@ def _percentages(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _cell(cell: dict[str, Any]) -> str:
-    """``mean ± std`` (the value alone for one seed), with the number of failed seeds if any."""
+def _cell(cell: dict[str, Any], missing_as: str) -> str:
+    """``mean ± std`` (the value alone for one seed), with the number of seeds missing (``missing_as``: failed,
+    or not run for a table written from a cache part-way) if any."""
     if not cell['per_seed']:
-        text = 'failed'
+        text = missing_as
     elif len(cell['per_seed']) == 1:
         text = f'{cell["mean"]:.0f}'
     else:
         text = f'{cell["mean"]:.0f} ± {cell["std"]:.0f}'
     missing = len(cell.get('failed_seeds', ()))
-    return f'{text} ({missing} failed)' if missing and cell['per_seed'] else text
+    return f'{text} ({missing} {missing_as})' if missing and cell['per_seed'] else text
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> Path:

@@ -47,3 +47,14 @@ def test_a_row_whose_seeds_all_failed_is_written_as_strict_json(tmp_path: Path) 
     write_outputs(table, tmp_path, 'calf experiment table4', 0.0)
     assert read_json(tmp_path / 'table4.json', 'experiment meta')['cells']['Broken']['Sim-Clean']['mean'] is None
     assert '| **Broken** | failed |' in write_results_readme(tmp_path).read_text()
+
+
+def test_a_table_written_part_way_says_which_seeds_have_not_run(tmp_path: Path) -> None:
+    """``bench/table_from_cache.py`` writes a table from the cells already cached: a missing seed is not run there,
+    where ``calf experiment`` only leaves out seeds whose cell failed."""
+    table = {**result([400.0, 420.0], {}), 'missing_as': 'not run'}
+    table['cells']['Baseline']['Sim-Clean']['failed_seeds'] = [2]
+    table['cells']['Student'] = {'Sim-Clean': {'mean': float('nan'), 'std': 0.0, 'per_seed': [], 'failed_seeds': [0]}}
+    text = write_markdown(table, tmp_path / 'mine.md').read_text()
+    assert '| **Baseline** | 410 ± 2 (1 not run) |' in text and '| **Student** | not run |' in text
+    assert 'failed' not in text
