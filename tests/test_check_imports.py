@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / 'scripts' / 'check_imports.py'
 
@@ -24,6 +26,7 @@ def package(src: Path, name: str, modules: dict[str, str]) -> None:
         (pkg / f'{module}.py').write_text(source)
 
 
+@pytest.mark.slow
 def test_the_project_has_no_import_cycle() -> None:
     done = run()
     assert done.returncode == 0, done.stdout + done.stderr

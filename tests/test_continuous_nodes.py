@@ -56,6 +56,7 @@ def graph() -> Graph:
     graph.close()
 
 
+@pytest.mark.slow
 def test_the_env_node_applies_continuous_plans_and_refuses_bad_ones(graph: Graph) -> None:
     policy = graph.add(TorquePolicy(graph, 'pendulum'))
     env = env_node(graph, 'pendulum', env='Pendulum-v1', episodes=1)
@@ -80,6 +81,7 @@ def _observation(seq: int, episode: int) -> Observation:
     return Observation(seq=seq, episode=episode, data=[1.0, 0.0, 0.0], shape=[3])
 
 
+@pytest.mark.slow
 def test_the_env_node_corrects_a_feedback_plan_by_its_own_observation(graph: Graph) -> None:
     """Action.feedback_* reach the stepper: each planned element applies its zero torque plus -theta_dot of the
     observation before its tick."""

@@ -122,6 +122,7 @@ def _workdir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize('page', [page_param(p) for p in PAGES if runnable(p)])
+@pytest.mark.slow
 def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     """The page's bash blocks run as one script, then its Python blocks as one script; both exit 0."""
     work = _workdir(tmp_path)

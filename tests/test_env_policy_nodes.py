@@ -171,6 +171,7 @@ def test_start_gate_opens_on_the_first_action_and_times_out() -> None:
     assert StartGate(enabled=False).open and not StartGate(enabled=True).expired(1e9)  # 0: no timeout
 
 
+@pytest.mark.slow
 def test_no_episode_counts_before_a_policy_answers_and_acts(graph: Graph, checkpoint: Path, tmp_path: Path) -> None:
     """Warm-up episodes (CartPole holding its initial action falls within a few dozen ticks) publish no
     EpisodeResult; the first action opens the count, which starts with a fresh episode seeded by ``seed``.

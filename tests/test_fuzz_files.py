@@ -10,6 +10,7 @@ import pytest
 from file_fuzz import KINDS, SECRET, cli_fuzz, fuzz, hostile_profiles, loaders, run_case
 
 
+@pytest.mark.slow
 def test_loaders_survive_randomised_files(tmp_path: Path) -> None:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     outcomes = fuzz(seed=0, cases=40, workdir=tmp_path)

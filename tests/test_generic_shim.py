@@ -181,6 +181,7 @@ def test_twist_and_laser_scan_arrive_bit_identical_after_their_profile_delay(har
     assert abs(laser.latency_p50_ms - 30.0) < 1.0
 
 
+@pytest.mark.slow
 def test_lossy_profile_every_message_arrives_intact_or_is_counted_dropped(harness: Harness, tmp_path: Path) -> None:
     profile = write_profile(tmp_path, 'lossy', [{'model': 'bernoulli_loss', 'p': 0.5}])
     config = write_config(tmp_path, [{'in_topic': '/gl/cmd_vel_raw', 'out_topic': '/gl/cmd_vel',
@@ -204,6 +205,7 @@ def test_lossy_profile_every_message_arrives_intact_or_is_counted_dropped(harnes
     assert 25 <= len(seqs) - len(client.measured(seqs)) <= 75
 
 
+@pytest.mark.slow
 def test_trace_bag_holds_every_relayed_message_with_its_delay_or_loss(harness: Harness, tmp_path: Path) -> None:
     profile = write_profile(tmp_path, 'traced', [{'model': 'fixed_delay', 'latency_ms': 10.0}],
                             [{'model': 'fixed_delay', 'latency_ms': 20.0}, {'model': 'bernoulli_loss', 'p': 0.3}])
@@ -266,6 +268,7 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if 'error' in line.lower()]
 
 
+@pytest.mark.slow
 def test_unknown_type_exits_2_with_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, [{'in_topic': '/gu/a', 'out_topic': '/gu/b', 'type': 'geometry_msgs/msg/Twst',
                                       'direction': 'uplink', 'profile': 'sim_clean'}])
@@ -276,6 +279,7 @@ def test_unknown_type_exits_2_with_one_line(tmp_path: Path) -> None:
         f"package 'geometry_msgs' has no message 'Twst'"]
 
 
+@pytest.mark.slow
 def test_a_publisher_of_another_type_exits_2_with_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, [{'in_topic': '/gm/cmd_vel_raw', 'out_topic': '/gm/cmd_vel',
                                       'type': 'geometry_msgs/msg/Twist', 'direction': 'downlink',

@@ -458,6 +458,7 @@ def test_graph_prefixes_output_and_stops_nodes_with_sigterm(tmp_path: Path) -> N
     assert '[calf] a stopped with code -15' in sink.lines and '[calf] b exited with code 0' in sink.lines
 
 
+@pytest.mark.slow
 def test_graph_kills_a_node_that_ignores_sigterm(tmp_path: Path) -> None:
     sink = Lines()
     with Graph([stand_in(tmp_path, 'stubborn', IGNORES_SIGTERM)], output=sink, install_root=tmp_path,

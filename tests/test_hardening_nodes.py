@@ -35,6 +35,7 @@ def graph() -> Graph:
     graph.close()
 
 
+@pytest.mark.slow
 def test_huge_plans_are_refused_counted_and_episodes_go_on(graph: Graph, checkpoint: Path) -> None:
     probe = graph.add(Probe(graph.context, 'h1', observe=True))
     env = env_node(graph, 'h1', stats_period_s=0.2)

@@ -14,6 +14,7 @@ from ros_helpers import new_context, spin_until
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_every_message_round_trips_between_processes() -> None:
     expected = sample_messages()
     publisher = subprocess.Popen([sys.executable, str(ROOT / 'tests/fixtures/publish_samples.py')])

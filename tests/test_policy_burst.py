@@ -71,6 +71,7 @@ def nodes(checkpoint: Path) -> Iterator[Nodes]:
         n.close()
 
 
+@pytest.mark.slow
 def test_a_burst_is_answered_once_on_its_newest_observation(nodes: Nodes) -> None:
     def both(until: object) -> bool:
         nodes.policy_executor.spin_once(timeout_sec=0.01)

@@ -16,6 +16,7 @@ from calf_bringup.experiment_specs import Row
 STEPS = '1100'  # 1,000 random steps, then 100 updates
 
 
+@pytest.mark.slow
 def test_calf_train_algo_sac_writes_a_checkpoint_that_calf_eval_runs(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / 'sac'
@@ -33,6 +34,7 @@ def test_calf_train_algo_sac_writes_a_checkpoint_that_calf_eval_runs(tmp_path: P
     assert reports[0]['returns'] == reports[1]['returns']  # the deployed actor is deterministic
 
 
+@pytest.mark.slow
 def test_a_spec_file_says_sac_and_the_flag_overrides_it(tmp_path: Path) -> None:
     spec = tmp_path / 'pendulum.yaml'
     spec.write_text('env: Pendulum-v1\nalgo: sac\n')
@@ -44,6 +46,7 @@ def test_a_spec_file_says_sac_and_the_flag_overrides_it(tmp_path: Path) -> None:
     assert load_checkpoint(tmp_path / 'ppo')[0].kind == 'gaussian'
 
 
+@pytest.mark.slow
 def test_an_experiment_row_trains_with_its_algo(tmp_path: Path) -> None:
     job = TrainJob('Pendulum-v1', Row('SAC', 'sim_clean', algo='sac'), 0, 1100)
     assert job.key == 'Pendulum-v1-sim_clean-h1-sac-1100steps-seed0'

@@ -43,6 +43,7 @@ APPLIED = 100
 within ``np.allclose`` of the mean's in none of them."""
 
 
+@pytest.mark.slow
 def test_a_sac_checkpoint_drives_the_policy_node_deterministically(graph: Graph, tmp_path: Path) -> None:
     """Pendulum-v1 episodes run until the env has applied ``APPLIED`` of the policy's actions (on a loaded host an
     episode's 200 real-time ticks may apply fewer: more episodes then); every action sent is the mean's."""

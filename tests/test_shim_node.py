@@ -151,6 +151,7 @@ def test_time_scale_divides_the_model_delay(graph: Graph, tmp_path: Path) -> Non
     assert_delays(client.measure(40), 40, 15.0)
 
 
+@pytest.mark.slow
 def test_injected_losses_are_counted_in_link_stats(graph: Graph, tmp_path: Path) -> None:
     graph.start_shim(network=write_profile(tmp_path, 'lossy', [{'model': 'bernoulli_loss', 'p': 0.5}]), seed=3)
     stats: dict[int, LinkStats] = {}
@@ -173,6 +174,7 @@ def test_injected_losses_are_counted_in_link_stats(graph: Graph, tmp_path: Path)
     assert stats[LinkStats.DIRECTION_DOWNLINK].received == 0
 
 
+@pytest.mark.slow
 def test_bad_runtime_profile_is_rejected_and_the_old_one_kept(graph: Graph, tmp_path: Path) -> None:
     first = write_profile(tmp_path, 'first', fixed(30.0))
     shim = graph.start_shim(network=first, profile_dir=str(tmp_path))
@@ -191,6 +193,7 @@ def test_bad_runtime_profile_is_rejected_and_the_old_one_kept(graph: Graph, tmp_
     assert_delays(client.measure(40), 40, 10.0)
 
 
+@pytest.mark.slow
 def test_bad_profile_at_start_up_exits_2_with_one_line() -> None:
     command = [sys.executable, '-m', 'calf_shim.shim_node', '--ros-args', '-p', 'network:=no_such_profile']
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60)

@@ -31,6 +31,7 @@ def generate_launch_description():
 
 
 @pytest.mark.parametrize('command, modules', [('run', ''), ('eval', 'import calf_bringup.ros_eval')])
+@pytest.mark.slow
 def test_calf_run_and_eval_over_ros_start_their_nodes_without_importing_torch(command: str, modules: str) -> None:
     """torch's import was most of the start-up at load 4 (calf run checks the policy once the nodes started;
     calf eval --backend ros imports torch for its report then)."""

@@ -127,6 +127,7 @@ def _header(stamp_ns: int) -> object:
     return Header(stamp=time_msg(stamp_ns))
 
 
+@pytest.mark.slow
 def test_import_derives_a_trace_from_observation_and_action_topics(tmp_path):
     ms = 1_000_000
     received_obs = [(k * 20 * ms + 7 * ms, make_obs(k, k * 20 * ms)) for k in range(10) if k != 4]
@@ -174,6 +175,7 @@ def test_damaged_bags_raise_one_line_errors(tmp_path, how):
     assert '\n' not in str(err.value) and str(bag) in str(err.value)
 
 
+@pytest.mark.slow
 def test_cli_info_on_a_damaged_bag_exits_2_with_one_line(tmp_path):
     bag = tmp_path / 'bag'
     write_trace_bag(bag, synth_trace(load_profile('full_net_aware'), 10.0, seed=0))

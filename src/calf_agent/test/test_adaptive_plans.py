@@ -56,6 +56,7 @@ def test_the_ages_are_the_elements_a_networked_env_runs() -> None:
     assert len(indices) > 20 and set(indices) == {5}
 
 
+@pytest.mark.slow
 def test_outages_lengthen_the_tail_and_the_plans_after_a_silence() -> None:
     """Outage-Burst's 400 ms bursts put its tail far beyond its delay, and a plan sent as the link comes back
     from a silence must last longer than one sent while it is good; Wi-Fi-N's tail is short."""
@@ -78,6 +79,7 @@ def test_the_horizon_is_the_tail_capped_by_the_model() -> None:
         tail_network('sixteen', 'full_net_aware')
 
 
+@pytest.mark.slow
 def test_plans_are_cut_to_the_length_their_silence_calls_for(base_dir: Path) -> None:
     """After a one-tick silence the plan runs 3 elements and then holds its last (hold last); after a longer one,
     or at an episode's first observation, 6; the lead's elements are the env's own either way."""

@@ -262,6 +262,7 @@ def test_bpql_learns_behind_a_delayed_link_and_runs_where_sac_runs(tmp_path: Pat
     assert plan.shape == (1, 1) and -3.0 <= plan[0, 0] <= 3.0
 
 
+@pytest.mark.slow
 def test_each_robots_table_trains_a_bpql_row_after_augmented_sac(tmp_path: Path) -> None:
     from calf_bringup.experiment import TrainJob, run_train
     from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES

@@ -72,6 +72,7 @@ def _round(learner: Learner, workers: list[RolloutWorker], num_steps: int, now_s
       'representation': {'frames': 2, 'actions': 3, 'delay_state': True}}, MlpAgent, torch.int64),
     ({**CARTPOLE, 'env': 'minigrid', 'representation': {'frames': 1, 'actions': 0}}, LstmAgent, torch.int64),
 ])
+@pytest.mark.slow
 def test_any_task_trains_with_two_workers_on_deltas(tmp_path, env_config, agent_type, action_dtype):
     learner = _learner(tmp_path, env_config)
     assert type(learner.agent) is agent_type

@@ -79,6 +79,7 @@ def test_a_learner_state_of_another_policy_is_refused_in_one_line(tmp_path):
         _learner(tmp_path, resume=True)
 
 
+@pytest.mark.slow
 def test_a_dead_worker_costs_only_its_batch_in_flight(tmp_path):
     learner = _learner(tmp_path)
     workers = [RolloutWorker(f'w{i}', 'cartpole', KEY, 2, seed=i) for i in range(2)]

@@ -236,6 +236,7 @@ def test_workers_beyond_max_workers_are_refused(tmp_path):
     assert len(lines) == 1 and '2 workers already admitted' in lines[0]
 
 
+@pytest.mark.slow
 def test_a_hello_flood_sends_weights_a_bounded_number_of_times(tmp_path):
     learner = _learner(tmp_path, max_workers=4)
     one, many = Sealer(KEY, 'w0'), [Sealer(KEY, f'f{i}') for i in range(3000)]

@@ -260,6 +260,7 @@ def _deliver(learner: Learner, workers: list[RolloutWorker]) -> None:
         by_id[out.target].receive(out.chunk, 0.0)
 
 
+@pytest.mark.slow
 def test_every_sends_each_worker_each_update(tmp_path):
     learner = _learner(tmp_path, 'every')
     workers = [RolloutWorker(f'w{i}', 'cartpole', KEY, 2, seed=i) for i in range(2)]
@@ -273,6 +274,7 @@ def test_every_sends_each_worker_each_update(tmp_path):
     assert sum(learner.lags.values()) == 8 and max(learner.lags) <= 1
 
 
+@pytest.mark.slow
 def test_aps_sends_fewer_weights_than_every(tmp_path):
     every, aps = _learner(tmp_path / 'every', 'every'), _learner(tmp_path / 'aps', 'aps:0.05')
     for learner in (every, aps):

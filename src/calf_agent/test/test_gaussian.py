@@ -137,6 +137,7 @@ def make_pendulum(num_envs: int) -> gym.vector.VectorEnv:
                         vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP})
 
 
+@pytest.mark.slow
 def test_box_actions_train_a_gaussian_policy_and_save_its_statistics(tmp_path: Path) -> None:
     cfg = dataclasses.replace(
         continuous_defaults(), total_steps=1024, num_envs=2, num_steps=256, meta={'env': 'Pendulum-v1'},
@@ -163,6 +164,7 @@ def test_history_wrapper_stacks_frames_and_remembers_the_torques_of_a_continuous
     assert env.step(np.array([-0.5], np.float32))[0][3:].tolist() == [-0.5, 1.5]
 
 
+@pytest.mark.slow
 def test_the_full_regime_gives_a_continuous_policy_its_torques_in_flight_and_the_delay_state(tmp_path: Path) -> None:
     """Behind full_net_aware (E2E p50 about 2 ticks of 40 ms), as for CartPole: frames, the torques it sent, the
     delay state; the checkpoint evaluates in virtual time with the same features."""

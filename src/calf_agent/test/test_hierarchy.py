@@ -31,6 +31,7 @@ def random_hierarchy(root: Path, gating: dict[str, float]) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_train_hierarchy_writes_every_sub_policy_and_the_description(tmp_path: Path) -> None:
     hierarchy, results = train_hierarchy('cartpole', 'delay_only', seed=3, out=tmp_path, steps=512, progress=False)
     assert list(results) == ['stabilise', 'recenter'] and all(r.global_steps == 512 for r in results.values())
@@ -92,6 +93,7 @@ def test_evaluation_is_reproducible_and_flat_edge_has_no_network(tmp_path: Path)
         evaluate_placement_sim('tree', root, load_profile('wifi_normal'), 1, seed=0)
 
 
+@pytest.mark.slow
 def test_recurrent_policies_start_later_episodes_in_a_batch_slot(tmp_path: Path) -> None:
     """evaluate_sim zeroes a slot's LSTM state between episodes (the state comes from inference mode)."""
     torch.manual_seed(0)

@@ -64,6 +64,7 @@ def without_window(state: PlanState) -> PlanState:
     ([(4, 1), (5, 4), (9, 5), (13, 9), (17, 13)], 3),  # the 1 has left the window of 3: 4, 4, 4
     ([(4, 1), (9, 5), (10, 5)], 3),  # the same plan ran again: 4, 4, 5
 ])
+@pytest.mark.slow
 def test_the_lead_is_the_shortest_remembered_round_trip_less_one(adaptive: PlanningAgent,
                                                                   reports: list[tuple[int, int]], lead: int) -> None:
     """Each plan equals a fixed-lead planner's at the lead the reports call for, from the same previous plan."""
@@ -134,6 +135,7 @@ def test_the_window_round_trips_through_a_checkpoint_and_the_schema_bounds_it(tm
         assert '\n' not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_sim_and_policy_side_plan_alike_behind_a_constant_delay(tmp_path: Path, base_dir: Path) -> None:
     """Behind a constant round trip of 4 ticks, every report says 4: the adaptive planner (trained behind the
     link, fallback lead 3) plans as the fixed-lead-3 one does, in NetworkedEnv and through PolicyRunner."""

@@ -63,26 +63,17 @@ def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 SMALL = PlannerConfig(transitions=20_000, epochs=10, members=2, hidden=(64, 64), rollout=2, refits=1,
                       cut_quantile=None)
 """A planner small enough for fast tests: two members, 2-step rollouts, one refit, no cut."""
-QUICK = replace(SMALL, transitions=2_000, epochs=2)
-"""SMALL's recipe on a tenth of its data, for tests of what a plan is made of, not of how well it plays."""
 TINY = PlannerConfig(transitions=100, epochs=1, members=1, hidden=(8,), rollout=1, refits=0)
 
 
 @pytest.fixture(scope='module')
 def planner_dir(base_dir: Path) -> Path:
     out = base_dir.parent / 'planner'
-    train_planner(base_dir, out, 'delay_only', plan_horizon=16, seed=0, lead=6, cfg=QUICK, progress=False)
-    return out
-
-
-@pytest.fixture(scope='module')
-def fitted_planner_dir(base_dir: Path) -> Path:
-    """``planner_dir``'s planner fitted on SMALL's whole budget (about a minute), for what its plans buy."""
-    out = base_dir.parent / 'fitted_planner'
     train_planner(base_dir, out, 'delay_only', plan_horizon=16, seed=0, lead=6, cfg=SMALL, progress=False)
     return out
 
 
+@pytest.mark.slow
 def test_dynamics_model_predicts_far_better_than_no_change(base_dir: Path) -> None:
     base, _ = load_checkpoint(base_dir)
     data = collect_transitions('cartpole', base, 12_000, seed=1)
@@ -99,6 +90,7 @@ def test_dynamics_model_predicts_far_better_than_no_change(base_dir: Path) -> No
     assert model_error < no_change_error / 20, (model_error, no_change_error)
 
 
+@pytest.mark.slow
 def test_plans_copy_what_runs_before_they_can_arrive(planner_dir: Path) -> None:
     """Elements before ``lead`` repeat the start plan, then the previous plan; later ones follow the model."""
     agent, meta = load_checkpoint(planner_dir)
@@ -118,15 +110,16 @@ def test_plans_copy_what_runs_before_they_can_arrive(planner_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_plans_survive_a_six_tick_delay_that_single_actions_do_not(tmp_path: Path, base_dir: Path,
-                                                                     fitted_planner_dir: Path) -> None:
+                                                                     planner_dir: Path) -> None:
     (tmp_path / 'slow.yaml').write_text(SLOW_LINK)
     slow = load_profile(tmp_path / 'slow.yaml')
     single = evaluate_sim(base_dir, slow, episodes=8, seed=0)
-    planned = evaluate_sim(fitted_planner_dir, slow, episodes=8, seed=0)
+    planned = evaluate_sim(planner_dir, slow, episodes=8, seed=0)
     assert single['e2e_latency_ms']['p50'] == planned['e2e_latency_ms']['p50'] == pytest.approx(120.0)
     assert planned['mean_return'] >= 450 and single['mean_return'] < 200, (planned['returns'], single['returns'])
 
 
+@pytest.mark.slow
 def test_policy_runner_keeps_the_planner_state_per_episode(planner_dir: Path) -> None:
     runner = PolicyRunner.from_checkpoint(planner_dir)
     obs = np.array([0.0, 0.0, 0.02, 0.0], dtype=np.float32)
@@ -136,6 +129,7 @@ def test_policy_runner_keeps_the_planner_state_per_episode(planner_dir: Path) ->
     assert runner.on_observation(ReceivedObservation(1, 0, obs)) == first  # a new episode forgets
 
 
+@pytest.mark.slow
 def test_planner_needs_a_single_action_mlp_base_and_a_lead_below_the_horizon(tmp_path: Path, base_dir: Path,
                                                                               planner_dir: Path) -> None:
     with pytest.raises(CheckpointError, match='cannot be a planner\'s base'):
@@ -147,8 +141,8 @@ def test_planner_needs_a_single_action_mlp_base_and_a_lead_below_the_horizon(tmp
 
 
 @pytest.mark.slow
-def test_planner_meta_records_the_dynamics_error(fitted_planner_dir: Path) -> None:
-    dynamics = json.loads((fitted_planner_dir / 'meta.json').read_text())['planner']['dynamics']
+def test_planner_meta_records_the_dynamics_error(planner_dir: Path) -> None:
+    dynamics = json.loads((planner_dir / 'meta.json').read_text())['planner']['dynamics']
     rmse = dynamics['rollout_rmse_16_ticks']
     assert len(rmse) == 4 and max(rmse) < 0.05, rmse
 
@@ -178,15 +172,6 @@ def pendulum_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def pendulum_planner(pendulum_base: Path) -> Path:
     out = pendulum_base.parent / 'planner'
     train_planner(pendulum_base, out, 'full_net_aware', plan_horizon=8, seed=0,
-                  cfg=replace(QUICK, cut_quantile=0.99), progress=False)
-    return out
-
-
-@pytest.fixture(scope='module')
-def fitted_pendulum_planner(pendulum_base: Path) -> Path:
-    """``pendulum_planner``'s planner fitted on SMALL's whole budget (about a minute), for what its plans buy."""
-    out = pendulum_base.parent / 'fitted_planner'
-    train_planner(pendulum_base, out, 'full_net_aware', plan_horizon=8, seed=0,
                   cfg=replace(SMALL, cut_quantile=0.99), progress=False)
     return out
 
@@ -211,6 +196,7 @@ def test_a_sac_actor_is_a_planners_base(tmp_path: Path) -> None:
         x = agent.model.rollout_step(x, torch.as_tensor(plan[:, j]))
 
 
+@pytest.mark.slow
 def test_continuous_plans_copy_the_env_side_then_follow_the_model(pendulum_planner: Path) -> None:
     """Hold zero: before any plan the env applies zero torque, and it holds zero once a plan runs out."""
     agent, meta = load_checkpoint(pendulum_planner)
@@ -236,13 +222,14 @@ def test_continuous_plans_copy_the_env_side_then_follow_the_model(pendulum_plann
 
 @pytest.mark.slow
 def test_continuous_plans_survive_the_full_profile_where_single_torques_fall(pendulum_base: Path,
-                                                                           fitted_pendulum_planner: Path) -> None:
+                                                                           pendulum_planner: Path) -> None:
     network = load_profile('full_net_aware')
     single = evaluate_sim(pendulum_base, network, episodes=6, seed=0)
-    planned = evaluate_sim(fitted_pendulum_planner, network, episodes=6, seed=0)
+    planned = evaluate_sim(pendulum_planner, network, episodes=6, seed=0)
     assert planned['mean_return'] >= 900 and single['mean_return'] < 500, (planned['returns'], single['returns'])
 
 
+@pytest.mark.slow
 def test_policy_runner_sends_continuous_plans(pendulum_planner: Path) -> None:
     runner = PolicyRunner.from_checkpoint(pendulum_planner)
     assert runner.continuous and runner.action_description == 'continuous actions of 1 value'
@@ -250,6 +237,7 @@ def test_policy_runner_sends_continuous_plans(pendulum_planner: Path) -> None:
     assert isinstance(plan, np.ndarray) and plan.shape == (8, 1) and np.all(np.abs(plan) <= 3.0)
 
 
+@pytest.mark.slow
 def test_feedback_plans_carry_the_base_policys_gains_at_each_predicted_state(pendulum_planner: Path,
                                                                             tmp_path: Path) -> None:
     """From element ``lead`` on: the base's Jacobian at the members' mean state, and that state; on the lead ticks
@@ -278,15 +266,15 @@ def test_feedback_plans_carry_the_base_policys_gains_at_each_predicted_state(pen
 
 
 @pytest.mark.slow
-def test_feedback_plans_run_through_evaluation_and_the_policy_runner(fitted_pendulum_planner: Path,
-                                                                     tmp_path: Path) -> None:
-    feedback = with_feedback(fitted_pendulum_planner, tmp_path / 'feedback')
+def test_feedback_plans_run_through_evaluation_and_the_policy_runner(pendulum_planner: Path, tmp_path: Path) -> None:
+    feedback = with_feedback(pendulum_planner, tmp_path / 'feedback')
     report = evaluate_sim(feedback, load_profile('full_net_aware'), episodes=4, seed=0)
     assert report['mean_return'] >= 900, report['returns']
     plan = PolicyRunner.from_checkpoint(feedback).on_observation(ReceivedObservation(0, 0, np.zeros(4, np.float32)))
     assert isinstance(plan, FeedbackPlan) and plan.actions.shape == (8, 1) and plan.gains.shape == (8, 1, 4)
 
 
+@pytest.mark.slow
 def test_feedback_needs_a_continuous_base(base_dir: Path, planner_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match='feedback plans need a continuous'):
         train_planner(base_dir, tmp_path / 'p', 'full_net_aware', plan_horizon=4, seed=0,
@@ -306,6 +294,7 @@ def test_env_fallbacks_follow_the_executor() -> None:
     assert fallbacks('Reacher-v5') == ([[0.0, 0.0]], [0.0, 0.0])
 
 
+@pytest.mark.slow
 def test_planner_refuses_mismatched_parts(pendulum_base: Path) -> None:
     base, _ = load_checkpoint(pendulum_base)
     with pytest.raises(ValueError, match='same actions'):
@@ -358,6 +347,7 @@ def linear_system(episodes: int, ticks: int, seed: int) -> Transitions:
     return Transitions(*(np.array([r[i] for r in rows]) for i in range(4)))
 
 
+@pytest.mark.slow
 def test_multi_step_loss_falls_on_a_linear_system() -> None:
     """Fitted on 8-step rollouts, the 8-step open-loop loss ends far below where it started."""
     data = linear_system(40, 100, seed=0)
@@ -391,6 +381,7 @@ def cut_plans(agent: PlanningAgent, obs: np.ndarray) -> tuple[np.ndarray, np.nda
     return free, cut, spread
 
 
+@pytest.mark.slow
 def test_disagreement_cuts_the_plan_to_the_hold_rule(base_dir: Path, pendulum_base: Path) -> None:
     """From the first element after the lead whose state the members disagree on, the plan is what the env
     would apply had it ended there: zero torque (hold zero), or its last element (hold last)."""
@@ -408,12 +399,13 @@ def test_disagreement_cuts_the_plan_to_the_hold_rule(base_dir: Path, pendulum_ba
     assert cut[0, :5].tolist() == free[0, :5].tolist() and cut[0, 5:].tolist() == [free[0, 4]] * 3
 
 
+@pytest.mark.slow
 def test_planner_meta_records_the_ensemble_and_its_cut(pendulum_planner: Path) -> None:
     agent, meta = load_checkpoint(pendulum_planner)
     dynamics = meta['planner']['dynamics']
     assert (dynamics['members'], dynamics['rollout'], agent.model.members) == (2, 2, 2)
     assert [r['source'] for r in dynamics['rounds']] == ['base', 'planner behind full_net_aware']
-    assert sum(r['transitions'] for r in dynamics['rounds']) == dynamics['transitions'] == QUICK.transitions
+    assert sum(r['transitions'] for r in dynamics['rounds']) == dynamics['transitions'] == 20_000
     by_tick = dynamics['rollout_rmse_by_tick']
     assert len(by_tick) == 8 and all(len(row) == 4 for row in by_tick) and by_tick[-1] == dynamics['rollout_rmse_8_ticks']
     assert len(dynamics['disagreement_by_tick']) == 8 and dynamics['cut_quantile'] == 0.99
@@ -421,6 +413,7 @@ def test_planner_meta_records_the_ensemble_and_its_cut(pendulum_planner: Path) -
     assert meta['agent']['model']['members'] == 2
 
 
+@pytest.mark.slow
 def test_planner_checkpoints_from_before_the_ensemble_still_load(tmp_path: Path, pendulum_base: Path) -> None:
     """An old checkpoint names a single MLP (no ``members``) and holds its weights under ``model.net``."""
     base, _ = load_checkpoint(pendulum_base)
@@ -448,6 +441,7 @@ def test_planner_checkpoints_from_before_the_ensemble_still_load(tmp_path: Path,
     ('disagreement_cut', -1.0, 'disagreement_cut must be a positive number or absent, got -1.0'),
     ('disagreement_cut', 'x', 'disagreement_cut must be a positive number'),
 ])
+@pytest.mark.slow
 def test_a_bad_ensemble_spec_is_one_line(tmp_path: Path, pendulum_planner: Path, field: str, value: object,
                                          message: str) -> None:
     for name in ('meta.json', 'policy.safetensors'):
@@ -479,6 +473,7 @@ def test_bad_planner_options_exit_2_with_one_line(argv: list[str], message: str,
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # two planners: minutes on a loaded machine
+@pytest.mark.slow
 def test_the_refitted_ensemble_predicts_better_than_a_one_step_single_model(tmp_path: Path,
                                                                            pendulum_base: Path) -> None:
     """Same data budget and seed on InvertedPendulum-v5: the open-loop error 12 ticks ahead (held-out

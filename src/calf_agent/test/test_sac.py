@@ -106,6 +106,7 @@ def make_pendulum(num_envs: int) -> gym.vector.VectorEnv:
                         vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP})
 
 
+@pytest.mark.slow
 def test_the_smoothness_term_makes_the_mean_action_change_less_between_decisions() -> None:
     g = torch.Generator().manual_seed(3)
     obs, next_obs = torch.randn(256, 3, generator=g), torch.randn(256, 3, generator=g)
@@ -126,6 +127,7 @@ def test_the_smoothness_term_makes_the_mean_action_change_less_between_decisions
         SacConfig(smoothness=float('nan'))
 
 
+@pytest.mark.slow
 def test_sac_trains_on_a_vector_env_and_saves_the_actor_with_its_statistics(tmp_path: Path) -> None:
     cfg = dataclasses.replace(sac_defaults(), total_steps=600, num_envs=2, hidden=(32, 32), meta={'env': 'Pendulum-v1'},
                               sac=SacConfig(learning_starts=300, batch_size=64))
@@ -140,6 +142,7 @@ def test_sac_trains_on_a_vector_env_and_saves_the_actor_with_its_statistics(tmp_
     assert rows[0].startswith('global_step,episodes,episodic_return') and len(rows) == 2  # one row per 1,000 steps
 
 
+@pytest.mark.slow
 def test_a_sac_checkpoint_round_trips_through_the_runner_and_the_sim_evaluation(tmp_path: Path) -> None:
     train_policy('Pendulum-v1', 'full_net_aware', seed=0, out_dir=tmp_path, steps=1100, regime='full', progress=False,
                  algo='sac')

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_checker import check_env
 
@@ -11,6 +12,7 @@ from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
 
 
+@pytest.mark.slow
 def test_sb3_ppo_trains_through_networked_env() -> None:
     profile = load_profile('full_net_aware')
     env = HistoryWrapper(make_networked_env('cartpole', profile, seed=0), default_representation('cartpole', profile))

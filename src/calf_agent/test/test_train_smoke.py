@@ -56,6 +56,7 @@ def test_stop_return_ends_training_early(tmp_path: Path) -> None:
     assert result.solved and result.global_steps < 8192
 
 
+@pytest.mark.slow
 def test_lstm_on_minigrid_runs_and_saves(tmp_path: Path) -> None:
     cfg = dataclasses.replace(minigrid_defaults(), total_steps=512, num_envs=4, num_steps=64,
                               lstm_size=32, meta={'env': 'minigrid', 'regime': 'lstm'})
@@ -69,6 +70,7 @@ def test_lstm_on_minigrid_runs_and_saves(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(('agent', 'make'), [('mlp', make_cartpole), ('lstm', make_minigrid)])
+@pytest.mark.slow
 def test_same_seed_gives_identical_weights(tmp_path: Path, agent: str, make) -> None:
     cfg = TrainConfig(total_steps=512, num_envs=4, num_steps=64, seed=7, agent=agent,
                       hidden=(32,), lstm_size=16)
@@ -106,6 +108,7 @@ def test_train_config_validates() -> None:
         TrainConfig(agent='lstm', num_envs=2, total_steps=1024)
 
 
+@pytest.mark.slow
 def test_plan_policy_trains_on_executed_elements_behind_a_network(tmp_path: Path) -> None:
     from calf_agent.regimes import train_policy
     result = train_policy('cartpole', 'full_net_aware', 0, tmp_path, steps=512, plan_horizon=4, progress=False)

@@ -33,6 +33,7 @@ def plans(rng: np.random.Generator, obs: np.ndarray, horizon: int) -> np.ndarray
     (load_profile('full_net_aware'), 3),
     (fixed(700, 0, 0.0), 1),  # episodes end before their first decision
 ], ids=['full_net_aware', 'full_net_aware-plans-of-3', 'late-first-observation'])
+@pytest.mark.slow
 def test_rows_equal_history_features_fed_the_same_observations(profile: Profile, horizon: int) -> None:
     n, steps = 6, 300
     raw = VectorNetworkedCartPole(n, profile, plan_horizon=horizon)
@@ -66,6 +67,7 @@ def test_rows_equal_history_features_fed_the_same_observations(profile: Profile,
     assert ended > n
 
 
+@pytest.mark.slow
 def test_fast_path_features_equal_the_sync_vector_env_path_under_fixed_delays() -> None:
     """Fixed links make NetworkedEnv and the fast path agree exactly, so their features must too."""
     n, steps, profile = 3, 400, fixed(25, 25, 1.0)

@@ -22,6 +22,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy_node(tmp_path: Path) -> None:
     assert cli.main(['train', '--obs-age', '--steps', '512', '--quiet', '--out', str(tmp_path)]) == 0
     agent, meta = load_checkpoint(tmp_path)
@@ -35,6 +36,7 @@ def test_obs_age_policy_trains_and_evaluates_in_sim_but_is_refused_by_the_policy
 
 @pytest.mark.parametrize('flag, regime, expected', [([], 'full', True), (['--no-delay-state'], 'full', False),
                                                    (['--delay-state'], 'baseline', True), ([], 'baseline', False)])
+@pytest.mark.slow
 def test_the_delay_state_follows_the_regime_unless_asked(flag: list[str], regime: str, expected: bool,
                                                          tmp_path: Path) -> None:
     assert cli.main(['train', '--regime', regime, *flag, '--steps', '512', '--quiet', '--out', str(tmp_path)]) == 0
@@ -44,6 +46,7 @@ def test_the_delay_state_follows_the_regime_unless_asked(flag: list[str], regime
     PolicyRunner.from_checkpoint(tmp_path)  # a policy node loads it
 
 
+@pytest.mark.slow
 def test_calf_train_envs_sets_the_rollout_width(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(['train', '--envs', '32', '--steps', '1024', '--quiet', '--out', str(tmp_path)]) == 0
     assert load_checkpoint(tmp_path)[1]['train_config']['num_envs'] == 32
@@ -53,6 +56,7 @@ def test_calf_train_envs_sets_the_rollout_width(tmp_path: Path, capsys: pytest.C
     assert trained == 128 * load_checkpoint(tmp_path / 'x')[1]['train_config']['num_steps']  # one whole rollout
 
 
+@pytest.mark.slow
 def test_minigrid_dynamic_trains_an_lstm_and_evaluates_behind_a_network(tmp_path: Path) -> None:
     assert cli.main(['train', '--env', 'minigrid_dynamic', '--regime', 'baseline', '--steps', '1024', '--quiet',
                      '--out', str(tmp_path)]) == 0
@@ -79,6 +83,7 @@ def test_bad_planner_options_exit_2_with_one_line(argv: list[str], message: str,
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.slow
 def test_eval_backend_and_placement_replace_mode_and_graph(policy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     common = ['eval', '--policy', str(policy), '--network', 'delay_only', '--episodes', '2', '--json']
     assert cli.main(common) == 0

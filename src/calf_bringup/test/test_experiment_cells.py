@@ -79,6 +79,7 @@ def test_a_shipped_cell_returns_its_new_files_and_the_head_stores_them(tmp_path:
     assert not list(tmp_path.rglob('*.partial*'))
 
 
+@pytest.mark.slow
 def test_cluster_without_ray_installed_is_one_line_exit_2(tmp_path: Path) -> None:
     code = ("import sys; sys.modules['ray'] = None; from calf_bringup.cli import main; "
             f"sys.exit(main(['experiment', 'table4', '--cluster', 'ray', '--out', {str(tmp_path)!r}]))")

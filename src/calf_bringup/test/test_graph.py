@@ -369,6 +369,7 @@ def test_the_start_gate_options_reach_the_env_node() -> None:
     assert 'wait_for_policy' not in default and 'policy_timeout_s' not in default  # the env node's defaults
 
 
+@pytest.mark.slow
 def test_calf_run_refuses_a_continuous_policy_for_a_discrete_env(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = save_checkpoint(tmp_path / 'ckpt', GaussianAgent(4, 1, [-3.0], [3.0]), {'env': 'InvertedPendulum-v5'})

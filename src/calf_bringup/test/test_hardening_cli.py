@@ -120,6 +120,7 @@ def test_to_profile_into_a_missing_directory_is_one_line(tmp_path: Path, capsys:
     assert err.count('\n') == 1 and 'cannot write' in err and not (tmp_path / 'missing').exists()
 
 
+@pytest.mark.slow
 def test_an_interrupted_training_keeps_the_previous_progress_csv(tmp_path: Path) -> None:
     """A real PPO run on CartPole whose env raises KeyboardInterrupt after a few hundred steps."""
     import gymnasium as gym

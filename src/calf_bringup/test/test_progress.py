@@ -42,6 +42,7 @@ def calf_eval(policy: Path, *extra: str, stderr: int | None = subprocess.PIPE) -
                           env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_eval_into_a_pipe_has_no_bar_and_with_progress_has_one_with_an_eta(policy: Path) -> None:
     quiet = calf_eval(policy)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
@@ -53,6 +54,7 @@ def test_eval_into_a_pipe_has_no_bar_and_with_progress_has_one_with_an_eta(polic
     assert 'eval: 100%' in shown.stderr and f'{EPISODES}/{EPISODES}' in shown.stderr and 'episode/s' in shown.stderr
 
 
+@pytest.mark.slow
 def test_eval_on_a_terminal_shows_its_bar_by_default(policy: Path) -> None:
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack('HHHH', 24, 100, 0, 0))  # a terminal 100 columns wide
@@ -87,6 +89,7 @@ def stepping_cell(go: Path, cache: Path) -> dict:
     return {}
 
 
+@pytest.mark.slow
 def test_an_experiment_bar_shows_a_running_cells_env_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(progress.ENV, '1')
     go, logs, stderr = tmp_path / 'go', tmp_path / 'logs', io.StringIO()

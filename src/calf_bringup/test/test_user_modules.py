@@ -45,6 +45,7 @@ def test_env_module_in_working_directory_trains(user_dir: Path, pythonpath: str)
 
 
 @pytest.mark.skipif(CALF is None, reason='the calf command is not on PATH: source env.sh')
+@pytest.mark.slow
 def test_a_reader_that_goes_away_stops_calf_quietly() -> None:
     listing = subprocess.Popen([CALF, 'profile', 'schema'], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     listing.stdout.close()  # as `calf profile schema | head -0` does

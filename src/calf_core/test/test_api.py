@@ -117,6 +117,7 @@ def test_a_trace_bag_is_a_network() -> None:
     assert len(e2e) > 20 and 20.0 < float(np.median(e2e)) < 500.0, 'the bag holds a degraded Wi-Fi link'
 
 
+@pytest.mark.slow
 def test_the_pure_core_imports_neither_rclpy_nor_message_types() -> None:
     modules = sorted(p.stem for p in Path(calf_core.__file__).parent.glob('*.py') if p.stem != '__init__')
     code = ('import importlib, sys\n'

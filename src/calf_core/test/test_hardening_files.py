@@ -196,6 +196,7 @@ def test_every_stage_at_its_bounds_builds_and_samples_in_bounded_time_and_memory
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 100_000  # kB
 
 
+@pytest.mark.slow
 def test_sampling_a_legal_profile_with_the_fastest_stalls_is_bounded() -> None:
     profile = profile_from_dict({'uplink': [{'model': 'stall', 'duration_ms': MIN_EVENT_MS, 'gap_ms': MIN_EVENT_MS},
                                             {'model': 'drifting_delay', 'level_ms': 1, 'hold_ms': MIN_EVENT_MS}],
@@ -241,6 +242,7 @@ def _replay_json(n: int) -> str:
     return json.dumps({'name': 'long', 'uplink': [stage], 'downlink': [stage]})
 
 
+@pytest.mark.slow
 def test_a_long_replay_in_the_compact_json_form_loads_fast(tmp_path: Path) -> None:
     path = tmp_path / 'long.yaml'
     path.write_text(_replay_json(1_000_000))  # 5.5 hours at 50 Hz: five times the old cap

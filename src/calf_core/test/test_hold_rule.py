@@ -110,6 +110,7 @@ def kinds(log: list[tuple[int, int, Any]], answers: dict[int, int], spec: TaskSp
     (HoldMode.NOOP, 1, START, VARIED, {'plan', 'noop', 'start'}),
     (HoldMode.LAST, 2, START, SLOW_START, {'late', 'held', 'start'}),
 ], ids=['plans-late-plans-holds', 'late-plans', 'hold-zero', 'hold-noop-start-plan', 'start-plan-then-hold-last'])
+@pytest.mark.slow
 def test_both_paths_apply_the_same_action_on_every_tick(hold: HoldMode, horizon: int, start_plan: tuple,
                                                          network: Profile, want: set[str]) -> None:
     n, steps = 3, 250

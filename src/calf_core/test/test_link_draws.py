@@ -42,6 +42,7 @@ def test_gilbert_elliott_in_time_loses_with_each_states_probability() -> None:
 
 
 @pytest.mark.parametrize('shared', [False, True])
+@pytest.mark.slow
 def test_gilbert_elliott_in_time_loses_its_stationary_rate_each_way_and_a_seed_repeats_it(shared: bool) -> None:
     data = {'uplink': [], 'downlink': 'same', 'shared': [GE]} if shared else {'uplink': [GE], 'downlink': 'same'}
 

@@ -115,6 +115,7 @@ def test_periodic_stall_holds_until_window_end_at_a_random_phase():
     ({"dist": "lognormal", "median": 200, "sigma": 0.3}, {"dist": "exponential", "mean": 2000}, 2.209, 0.209 / 2.209),
     (200.0, {"dist": "fixed", "value": 1800}, 2.0, 0.1),
 ])
+@pytest.mark.slow
 def test_stall_distributions_set_the_cycle_and_the_stalled_fraction(duration, gap, mean_cycle_s, stalled):
     link = Link([build_stage({"model": "stall", "duration_ms": duration, "gap_ms": gap})], rng(4))
     windows = stall_windows(link, 1500.0, 0.005)
@@ -125,6 +126,7 @@ def test_stall_distributions_set_the_cycle_and_the_stalled_fraction(duration, ga
 
 @pytest.mark.parametrize("duration", [200.0, {"dist": "uniform", "low": 100, "high": 300},
                                       {"dist": "lognormal", "median": 180, "sigma": 0.5}])
+@pytest.mark.slow
 def test_a_stall_process_starts_in_its_stationary_state(duration):
     """The first packet finds the link stalled with probability mean duration / mean cycle, and a
     held packet waits on average E[D^2] / (2 E[D]) (the equilibrium residual), not a fresh duration."""

@@ -65,6 +65,7 @@ def test_a_shared_stage_comes_after_each_directions_own_stages_at_the_time_the_m
     assert held > 200
 
 
+@pytest.mark.slow
 def test_the_shared_process_runs_on_across_episodes_and_through_the_vector_env():
     profile = load_profile('shared_outage')
     env = make_networked_env('cartpole', profile, seed=0)
@@ -114,6 +115,7 @@ def stall_starts(spec: dict, duration_s: float = 120.0) -> np.ndarray:
     return times[1:][held[1:] & ~held[:-1]]
 
 
+@pytest.mark.slow
 def test_a_distribution_period_spaces_stalls_from_start_to_start():
     duration = {'dist': 'uniform', 'low': 100, 'high': 300}
     spacing = np.diff(stall_starts({'model': 'stall', 'duration_ms': duration,

@@ -220,6 +220,7 @@ def test_fitted_profile_matches_loss_and_delay():
         assert b['latency_ms']['p95'] == pytest.approx(a['latency_ms']['p95'], rel=0.1)
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(tmp_path):
     png = tmp_path / 'trace.png'
     plot_trace(synth_trace(load_profile('full_net_aware'), 2.0, seed=0), png, title='t')

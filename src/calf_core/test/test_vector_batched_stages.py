@@ -54,6 +54,7 @@ def runs(flags: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize('spec', STALLS, ids=['random', 'gap_dist', 'period_dist'])
+@pytest.mark.slow
 def test_the_batched_stall_holds_as_the_scalar_stall(spec: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     send, at = times(0)
     scalar = scalar_run(spec, send, at)
@@ -74,6 +75,7 @@ def test_the_batched_stall_holds_as_the_scalar_stall(spec: dict, monkeypatch: py
     assert len(draws) < ENVS + cycles  # the scalar process is asked about once a cycle, not once a message
 
 
+@pytest.mark.slow
 def test_batched_gilbert_elliott_in_time_loses_as_the_scalar_stage() -> None:
     send, at = times(3)
     lost_s, lost_b = np.isnan(scalar_run(GE_TIME, send, at)), np.isnan(batch_run(GE_TIME, send, at)[0])
@@ -85,6 +87,7 @@ def test_batched_gilbert_elliott_in_time_loses_as_the_scalar_stage() -> None:
     assert stats.ks_2samp(burst_s, burst_b).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_the_batched_shared_process_holds_both_directions_as_one() -> None:
     """Each env's uplink and downlink meet one process: a stall holds both over the same interval; envs differ."""
     specs = [STALLS[1], GE_TIME]

@@ -80,6 +80,7 @@ def vector_info(info: dict, i: int) -> tuple:
     (bandwidth_bound(), 1, ()),  # a per-env fallback stage: queueing and tail drops
 ], ids=['ideal', 'late-first-observation', 'delay-only', 'start-plan', 'plans-of-3', 'trace-reordering',
         'trace-fifo-plans-of-2', 'fifo-pile-up', 'fifo-pile-up-busy', 'bandwidth-fallback'])
+@pytest.mark.slow
 def test_same_ticks_rewards_and_decisions_as_networked_env(profile: Profile, horizon: int,
                                                            start_plan: tuple[int, ...]) -> None:
     n, steps = 3, 600
@@ -131,6 +132,7 @@ def box_plan(obs: np.ndarray, env: int, step: int, horizon: int) -> np.ndarray:
     ('CartPole-v1', pile_up(0.0), 1),
 ], ids=['box-delay-only', 'box-trace-fifo-plans-of-2', 'box-fifo-pile-up-busy-plans-of-3', 'box-bandwidth',
         'discrete-env-trace-plans-of-2', 'discrete-env-fifo-pile-up'])
+@pytest.mark.slow
 def test_any_env_follows_networked_env_step_for_step(env_id: str, profile: Profile, horizon: int) -> None:
     """VectorNetworkedEnv over gymnasium's own envs (a Box and a Discrete one) matches NetworkedEnv exactly."""
     n, steps = 3, 300
@@ -174,6 +176,7 @@ def test_of_observations_arriving_at_one_instant_the_policy_keeps_the_newest() -
 
 
 @pytest.mark.parametrize('up_ms', [45.0, 11_000.0])  # observation 0 arrives after 2 ticks, after the episode
+@pytest.mark.slow
 def test_an_episodes_ticks_and_rewards_add_up_exactly_once(up_ms: float) -> None:
     """Per env and episode, the ticks in reset's (or the restart's) info, the steps' infos and the final info,
     and the rewards of the steps, sum to the CartPole steps the episode took, each counted once."""
@@ -258,6 +261,7 @@ held for one tick: a longer hold correlates the latencies, and the KS test below
 @pytest.mark.parametrize('profile', [load_profile('full_net_aware'), load_profile('wifi_normal'),
                                      load_profile('wifi_degraded'), load_profile('shared_outage'), DUPLICATING],
                          ids=['full_net_aware', 'wifi_normal', 'wifi_degraded', 'shared_outage', 'duplicating'])
+@pytest.mark.slow
 def test_random_profiles_give_the_same_distributions(profile: Profile) -> None:
     ticks_s, e2e_s, lost_s = run_scalar(profile, 64, 100)
     ticks_v, e2e_v, lost_v = run_vector(profile, 64, 100)
@@ -319,6 +323,7 @@ def test_links_run_on_across_autoresets() -> None:
     {'model': 'duplicate', 'p': 0.5, 'extra_delay_ms': 1},
     {'model': 'drifting_delay', 'level_ms': {'dist': 'uniform', 'low': 5, 'high': 40}, 'hold_ms': 200},
 ], ids=lambda model: model['model'])
+@pytest.mark.slow
 def test_every_model_runs_in_the_vector_env(model: dict) -> None:
     """No profile is refused; a fallback stage keeps its state per env (a stall delays, a slow link drops)."""
     profile = profile_from_dict({'reorder': {'uplink': True}, 'uplink': [model], 'downlink': []}, 'one')

@@ -31,6 +31,7 @@ def probe(scheduling: str | None) -> tuple[str, str]:
 
 
 @pytest.mark.skipif(not os.path.isdir('/proc/self/task'), reason='Linux only')
+@pytest.mark.slow
 def test_every_thread_gets_what_raise_priority_says() -> None:
     said, threads = probe(None)
     if said.startswith('SCHED_FIFO'):
