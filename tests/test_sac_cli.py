@@ -62,7 +62,7 @@ def test_an_experiment_row_trains_with_its_algo(tmp_path: Path) -> None:
     (['--env', 'Pendulum-v1', '--algo', 'sac', '--plan-horizon', '4'],
      'calf train: error: SAC trains single actions: drop --plan-horizon, or train plans with --algo ppo'),
     (['--env', 'Pendulum-v1', '--algo', 'sac', '--workers', '2'],
-     'calf train: error: --algo sac trains in one process: drop --workers and --planner model, or use --algo ppo'),
+     'calf train: error: --algo sac trains in one process: drop --workers, or use --algo ppo'),
 ])
 def test_sac_where_it_cannot_train_is_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:

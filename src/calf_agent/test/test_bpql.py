@@ -198,7 +198,9 @@ def test_bpql_needs_single_box_actions() -> None:
      "calf train: error: BPQL trains continuous actions (a Box of shape (A,)), and cartpole's actions are "
      'Discrete(2): train it with --algo ppo'),
     (['--env', 'Pendulum-v1', '--algo', 'bpql', '--workers', '2'],
-     'calf train: error: --algo bpql trains in one process: drop --workers and --planner model, or use --algo ppo'),
+     'calf train: error: --algo bpql trains in one process: drop --workers, or use --algo ppo'),
+    (['--env', 'Pendulum-v1', '--algo', 'bpql', '--planner', 'model', '--plan-horizon', '4'],
+     'calf train: error: --planner model plans over a PPO or SAC base policy, not BPQL: use --algo sac or ppo'),
 ])
 def test_calf_train_algo_bpql_where_it_cannot_train_is_one_line_and_exit_2(
         argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

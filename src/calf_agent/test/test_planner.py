@@ -494,14 +494,16 @@ def test_the_refitted_ensemble_predicts_better_than_a_one_step_single_model(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # PPO, then the default planner (50,000 ticks of model data): minutes on a loaded machine
+@pytest.mark.timeout(1200)  # SAC, then the default planner (50,000 ticks of model data): minutes on a loaded machine
 def test_calf_train_plans_a_continuous_task_end_to_end(tmp_path: Path) -> None:
-    """``calf train --planner model`` on a MuJoCo env: PPO on the bare env, then the continuous planner."""
+    """``calf train --algo sac --planner model --feedback-plans`` on a MuJoCo env: SAC on the bare env, then the
+    continuous planner over it with feedback plans (the robots tables' best row)."""
     out = tmp_path / 'plans'
-    assert cli.main(['train', '--env', 'InvertedPendulum-v5', '--planner', 'model', '--plan-horizon', '6',
-                     '--steps', '2048', '--out', str(out), '--quiet']) == 0
+    assert cli.main(['train', '--env', 'InvertedPendulum-v5', '--algo', 'sac', '--planner', 'model',
+                     '--feedback-plans', '--plan-horizon', '6', '--steps', '2048', '--out', str(out), '--quiet']) == 0
     agent, meta = load_checkpoint(out)
     assert isinstance(agent, PlanningAgent) and agent.continuous and meta['plan_horizon'] == 6
+    assert isinstance(agent.base, SacActor) and agent.feedback
     assert meta['planner']['base'] == str(out / 'base') and len(meta['planner']['dynamics']['rollout_rmse_6_ticks']) == 4
     report = evaluate_sim(out, load_profile('wifi_degraded'), episodes=2, seed=0)
     assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0

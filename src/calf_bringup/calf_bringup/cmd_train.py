@@ -65,8 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              '(auto:NETWORK: on NETWORK), cut to the ticks its model predicts')
     parser.add_argument('--planner', choices=('ppo', 'model'), default='ppo',
                         help='how plans are made: ppo (one head per element, loss on executed elements) or '
-                             'model (PPO on the bare env plus a learned dynamics model rolled forward; '
-                             'the rollout lead adapts to the round trips the observations report); default ppo')
+                             'model (a base policy on the bare env, PPO or with --algo sac SAC, plus a learned '
+                             'dynamics model rolled forward; the rollout lead adapts to the round trips the '
+                             'observations report); default ppo')
     parser.add_argument('--plan-lead', type=count(0, MAX_PLAN_HORIZON - 1), metavar='L',
                         help='model planner: a fixed count of ticks before a plan can arrive (default: adaptive, the '
                              '90th percentile of the last 20 reported round trips less one, at most the network\'s '
@@ -81,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--feedback-plans', action='store_true',
                         help='model planner, continuous (Box) actions: each plan element carries the base policy\'s '
                              'gains at its predicted state, and the env corrects it by what it observes as it applies '
-                             'it (kept 73 %% of the double pendulum\'s clean return behind Wi-Fi-D over 3 seeds, open loop '
-                             '38 %%: results/NOTES.md)')
+                             'it (over a SAC base, --algo sac: kept 88 %% of the double pendulum\'s clean return behind '
+                             'Wi-Fi-D over 3 seeds: results/robots_double_pendulum.md)')
     parser.add_argument('--expert', type=Path, metavar='DIR',
                         help='imitation: distil this clean-link policy (a --regime baseline checkpoint of the same '
                              'env) into a delay-aware student by DAgger; the student acts on what the network '
@@ -129,9 +130,8 @@ def run(args: argparse.Namespace) -> int:
     if (isinstance(args.plan_horizon, str) or args.silence_lengths) and args.planner != 'model':
         raise ConfigError(f'--plan-horizon {args.plan_horizon} and --silence-lengths are the model planner\'s: add '
                           '--planner model, or give a number of ticks')
-    if args.algo in SAC_ALGOS and (args.workers is not None or args.planner == 'model'):
-        raise ConfigError(f'--algo {args.algo} trains in one process: drop --workers and --planner model, or use '
-                          '--algo ppo')
+    if args.algo in SAC_ALGOS and args.workers is not None:
+        raise ConfigError(f'--algo {args.algo} trains in one process: drop --workers, or use --algo ppo')
     sac = (args.workers is None and args.expert is None and args.planner != 'model'
            and train_defaults(args.env, args.algo).algo in SAC_ALGOS)
     if args.snapshot_every is not None and not sac:
@@ -173,7 +173,8 @@ def _plan_horizon(text: str) -> int | str:
 
 
 def _train_model_planner(args: argparse.Namespace, network: str) -> int:
-    """PPO on the bare env into OUT/base, then the dynamics model and the planner into OUT."""
+    """The base policy on the bare env into OUT/base (PPO, or SAC with ``--algo sac`` or a spec's ``algo:
+    sac``), then the dynamics model and the planner into OUT."""
     if isinstance(args.plan_horizon, str):
         resolve_network(tail_network(args.plan_horizon, network) or network)  # a bad name fails before training
     elif args.silence_lengths:
@@ -187,8 +188,12 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
         raise ConfigError(f'--plan-lead must be in [0, {args.plan_horizon}), got {args.plan_lead}')
     if args.feedback_plans and not isinstance(make_env(args.env).action_space, gym.spaces.Box):
         raise ConfigError(f'--feedback-plans corrects continuous actions, and {args.env}\'s are discrete: drop it')
+    algo = train_defaults(args.env, args.algo).algo
+    if algo not in ('ppo', 'sac'):
+        raise ConfigError(f'--planner model plans over a PPO or SAC base policy, not {algo.upper()}: use --algo sac '
+                          'or ppo')
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
-                        regime='baseline', progress=not args.quiet, algo='ppo')
+                        regime='baseline', progress=not args.quiet, algo=algo)
     cfg = PlannerConfig(members=args.ensemble or PlannerConfig.members, silence_lengths=args.silence_lengths,
                         feedback=args.feedback_plans)
     meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,
