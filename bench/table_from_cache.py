@@ -11,17 +11,15 @@ import argparse
 import time
 from pathlib import Path
 
-from calf_bringup.experiment import EvalJob, TrainJob, collect, write_outputs
+from calf_bringup.experiment import EvalJob, TrainJob, cached_reports, collect, write_outputs
 from calf_bringup.experiment_specs import TABLES
-from calf_core.yaml_files import read_json
 
 
 def main(name: str, out: Path, results: Path, seeds: int = 3, episodes: int = 50) -> None:
     spec = TABLES[name]
     trains = [TrainJob(spec.env, row, seed, spec.steps) for row in spec.rows for seed in range(seeds)]
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
-    cached = {e.key: out / 'cache' / 'eval' / f'{e.key}.json' for e in evals}
-    reports = {key: read_json(path, 'cached evaluation') for key, path in cached.items() if path.is_file()}
+    reports = cached_reports(evals, out / 'cache')
     command = f'python bench/table_from_cache.py {name} {out} {results} --seeds {seeds} --episodes {episodes}'
     result = {**collect(spec, trains, evals, reports), 'missing_as': 'not run'}
     for path in write_outputs(result, results, command, time.time()):

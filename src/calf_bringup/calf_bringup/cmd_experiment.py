@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='PPO steps per seed (default: per table)')
     parser.add_argument('--workers', type=count(1, 256), help='parallel jobs (default: one per core)')
     parser.add_argument('--out', type=Path, default=Path('results'))
+    parser.add_argument('--rows', nargs='+', metavar='ROW',
+                        help="run only these rows of the table, in this order (names as in its table, e.g. 'Baseline "
+                             "(SAC)'); the other rows are filled from --out's cache or marked not run")
     parser.add_argument('--cluster', metavar='ray[:ADDRESS]',
                         help='run the cells of tables 4-6 and plans as Ray tasks: ray (the cluster this machine '
                              'joined), ray:local (start one here) or ray:HOST:PORT; needs the Ray extra')
@@ -42,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     tables, names = _tables(args)
+    rows = _rows(args.rows, [tables.get(name) for name in names]) if args.rows else None
     if args.shared_out and not args.cluster:
         raise ConfigError('--shared-out applies to --cluster runs only: add --cluster ray, or drop --shared-out')
     address = parse_cluster(args.cluster) if args.cluster else None
@@ -60,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         elif name == 'table9':
             written = run_table9(args.out, episodes=max(1, args.episodes // 10), command=command, started=started)
         else:
-            result = run_table(tables[name], args.seeds, args.episodes, args.out, args.workers, args.steps, executor)
+            result = run_table(tables[name], args.seeds, args.episodes, args.out, args.workers, args.steps, executor,
+                               rows)
             written = write_outputs(result, args.out, command, started)
             failed += sum(c['status'] == 'failed' for c in result['cells_run'].values())
         print(f'{name}: wrote ' + ', '.join(str(p) for p in written))
@@ -85,3 +90,16 @@ def _tables(args: argparse.Namespace) -> tuple[dict[str, TableSpec], list[str]]:
         raise ConfigError(f'calf experiment: give a table name ({args.name}) or --env, not both')
     spec = env_table(resolve_env_arg(args.env, args.env_spec))
     return {spec.name: spec}, [spec.name]
+
+
+def _rows(asked: list[str], specs: list[TableSpec | None]) -> tuple[str, ...]:
+    """``--rows`` as the names of one trained table's rows (matched without regard to case), or a ConfigError."""
+    if len(specs) != 1 or specs[0] is None:
+        raise ConfigError('--rows applies to one table that trains its rows (not a group of tables, table9 or a '
+                          'placement table): name one, or drop --rows')
+    names = {row.name.casefold(): row.name for row in specs[0].rows}
+    unknown = [name for name in asked if name.casefold() not in names]
+    if unknown:
+        raise ConfigError(f'--rows: {specs[0].name} has no row {unknown[0]!r}; its rows are '
+                          + ', '.join(repr(row.name) for row in specs[0].rows))
+    return tuple(dict.fromkeys(names[name.casefold()] for name in asked))

@@ -183,23 +183,36 @@ def table_cells(trains: list[TrainJob], evals: list[EvalJob], cache: Path) -> li
 
 
 def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: int | None = None,
-              steps: int | None = None, executor: Executor | None = None) -> dict[str, Any]:
+              steps: int | None = None, executor: Executor | None = None,
+              rows: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Train and evaluate everything ``spec`` needs; return per-seed metrics by row and column.
 
-    Cells run on ``executor``, by default a local process pool of ``workers`` (one per core).
+    Cells run on ``executor``, by default a local process pool of ``workers`` (one per core). ``rows`` (names of
+    ``spec``'s rows) runs those rows only, in that order; the other rows' cells are taken from the cache where
+    they are there, and are marked not run where not.
     """
     trains = [TrainJob(spec.env, row, seed, steps or spec.steps) for row in spec.rows for seed in range(seeds)]
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
+    order = {name: i for i, name in enumerate(rows or [row.name for row in spec.rows])}
+    chosen = sorted((t for t in trains if t.row.name in order), key=lambda t: order[t.row.name])
+    others = [e for e in evals if e.train.row.name not in order]
     local = None if executor else LocalExecutor(workers or os.cpu_count() or 1)
     try:
-        outcomes = run_cells(table_cells(trains, evals, out / 'cache'), executor or local, out / 'cache',
+        outcomes = run_cells(table_cells(chosen, evals, out / 'cache'), executor or local, out / 'cache',
                              out / 'logs' / spec.name, spec.name)
     finally:
         if local:
             local.close()
-    reports = {k: r for o in outcomes.values() for k, r in o.reports.items()}
-    return {**collect(spec, trains, evals, reports),
+    reports = {k: r for o in outcomes.values() for k, r in o.reports.items()} | cached_reports(others, out / 'cache')
+    part = {} if rows is None else {'missing_as': 'not run'}
+    return {**collect(spec, trains, evals, reports), **part,
             'cells_run': {k: o.summary() for k, o in outcomes.items()}}
+
+
+def cached_reports(evals: list[EvalJob], cache: Path) -> dict[str, dict[str, Any]]:
+    """The reports of the evaluations in ``evals`` that ``cache`` holds, by key."""
+    paths = {e.key: cache / 'eval' / f'{e.key}.json' for e in evals}
+    return {key: read_json(path, 'cached evaluation') for key, path in paths.items() if path.is_file()}
 
 
 def collect(spec: TableSpec, trains: list[TrainJob], evals: list[EvalJob],

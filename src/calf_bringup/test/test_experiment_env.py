@@ -26,6 +26,9 @@ def test_env_table_has_baseline_and_full_under_the_five_networks(tmp_path: Path)
     (['experiment', '--env', 'no_such_pkg.robot:make'], 'no_such_pkg'),
     (['experiment', 'table4', '--env', 'Pendulum-v1'], 'not both'),
     (['experiment'], 'or give --env ENV'),
+    (['experiment', 'robots_reacher', '--rows', 'Baseline'], "no row 'Baseline'; its rows are 'Baseline (SAC)', "),
+    (['experiment', 'robots', '--rows', 'Baseline (SAC)'], '--rows applies to one table'),
+    (['experiment', 'table9', '--rows', 'Baseline'], '--rows applies to one table'),
 ])
 def test_bad_env_experiments_are_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,3 +76,23 @@ def test_table5_dynamic_trains_the_three_regimes_into_the_results_readme(tmp_pat
                for row in result['cells'].values() for cell in row.values())
     assert list(result['cells']['Baseline']) == [c.name for c in COLUMNS]
     assert '## table5_dynamic: MiniGrid Dynamic-Obstacles' in (out / 'README.md').read_text()
+
+
+@pytest.mark.slow
+def test_rows_run_one_row_and_take_the_others_from_the_cache(tmp_path: Path) -> None:
+    """--rows trains only the rows named; a later run of another row finds the first one's cells cached."""
+    out = tmp_path / 'results'
+    common = ['experiment', 'table5_dynamic', '--seeds', '1', '--episodes', '2', '--steps', '1024', '--workers', '1',
+              '--out', str(out)]
+    assert main([*common, '--rows', 'full net-aware']) == 0
+    first = json.loads((out / 'table5_dynamic.json').read_text())
+    assert [key.split('-')[1] for key in first['cells_run']] == ['full_net_aware']
+    assert len(first['cells']['Full Net-Aware']['Sim-Clean']['per_seed']) == 1
+    assert first['cells']['Baseline']['Sim-Clean']['per_seed'] == []
+    assert '| **Baseline** | not run |' in (out / 'table5_dynamic.md').read_text()
+
+    assert main([*common, '--rows', 'Baseline']) == 0
+    second = json.loads((out / 'table5_dynamic.json').read_text())
+    assert [key.split('-')[1] for key in second['cells_run']] == ['sim_clean']
+    assert second['cells']['Full Net-Aware'] == first['cells']['Full Net-Aware']
+    assert len(second['cells']['Baseline']['Wi-Fi-D']['per_seed']) == 1
