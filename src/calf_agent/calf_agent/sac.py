@@ -125,9 +125,9 @@ class SacActor(nn.Module):
     def act(self, obs: np.ndarray, state: None = None, deterministic: bool = False, seq: Any = None,
             applied_seq: Any = None) -> tuple[np.ndarray, None]:
         """Actions within the bounds for raw features ``[obs_dim]`` or ``[B, obs_dim]``; state, seq and applied_seq are unused."""
-        x = self.obs_norm(as_batch(obs))
-        unit = self.unit_mean(x) if deterministic else self.sample(x)[0]
-        return self.scale(unit).numpy(), None
+        x = as_batch(obs)
+        actions = self.mean_action(x) if deterministic else self.scale(self.sample(self.obs_norm(x))[0])
+        return actions.numpy(), None
 
 
 class TwinQ(nn.Module):
