@@ -26,8 +26,9 @@ def markdown_table(result: dict[str, Any]) -> str:
     """Our cells, one row each, with the paper's beneath a row where the paper has it."""
     cols = result['columns']
     lines = ['| training | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
+    decimals = _decimals(result)
     for row, cells in result['cells'].items():
-        ours = [_cell(cells[c], result.get('missing_as', 'failed')) for c in cols]
+        ours = [_cell(cells[c], result.get('missing_as', 'failed'), decimals) for c in cols]
         mark = ' (ours)' if row in result['paper'] else ''
         lines.append(f'| **{row}**{mark} | ' + ' | '.join(ours) + ' |')
         if row in result['paper']:
@@ -41,29 +42,45 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 
 def _percentages(result: dict[str, Any]) -> list[str]:
-    """The cells' means as percentages of the reference cell's (none without a reference)."""
+    """The cells' means as percentages of the reference cell's (none without a reference). When the reference
+    is negative (a cost, as in Reacher-v5), as the change from it in % of its size instead, so that a smaller
+    figure is still the worse one."""
     if not result.get('reference'):
         return []
     row, col = result['reference']
     base = result['cells'][row][col]['mean']
     cols = result['columns']
-    lines = ['', f'As % of {row} on {col} ({base:.0f}):', '', '| training | ' + ' | '.join(cols) + ' |',
-             '|---' * (len(cols) + 1) + '|']
+    heading = (f'As % of {row} on {col} ({base:.{_decimals(result)}f})' if base >= 0 else
+               f'Change from {row} on {col} ({base:.{_decimals(result)}f}), in % of its size '
+               '(the returns are negative: -10 % is 10 % worse)')
+    lines = ['', heading + ':', '', '| training | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
     for name, cells in result['cells'].items():
         lines.append(f'| {name} | ' + ' | '.join(
-            f'{100 * cells[c]["mean"] / base:.0f} %' if base and cells[c]['per_seed'] else '–' for c in cols) + ' |')
+            _percent(cells[c]['mean'], base) if base and cells[c]['per_seed'] else '–' for c in cols) + ' |')
     return lines
 
 
-def _cell(cell: dict[str, Any], missing_as: str) -> str:
-    """``mean ± std`` (the value alone for one seed), with the number of seeds missing (``missing_as``: failed,
-    or not run for a table written from a cache part-way) if any."""
+def _percent(mean: float, base: float) -> str:
+    """``mean`` as % of ``base`` when it is positive, else its change from ``base`` in % of ``|base|``."""
+    return f'{100 * mean / base:.0f} %' if base > 0 else f'{100 * (mean - base) / -base:+.0f} %'
+
+
+def _decimals(result: dict[str, Any]) -> int:
+    """Decimals that show a table's means to about three figures: none from 100 up, one from 10, else two."""
+    biggest = max((abs(cell['mean']) for cells in result['cells'].values() for cell in cells.values()
+                   if cell['per_seed']), default=0.0)
+    return 0 if biggest >= 100 else 1 if biggest >= 10 else 2
+
+
+def _cell(cell: dict[str, Any], missing_as: str, decimals: int) -> str:
+    """``mean ± std`` (the value alone for one seed) to ``decimals``, with the number of seeds missing
+    (``missing_as``: failed, or not run for a table written from a cache part-way) if any."""
     if not cell['per_seed']:
         text = missing_as
     elif len(cell['per_seed']) == 1:
-        text = f'{cell["mean"]:.0f}'
+        text = f'{cell["mean"]:.{decimals}f}'
     else:
-        text = f'{cell["mean"]:.0f} ± {cell["std"]:.0f}'
+        text = f'{cell["mean"]:.{decimals}f} ± {cell["std"]:.{decimals}f}'
     missing = len(cell.get('failed_seeds', ()))
     return f'{text} ({missing} {missing_as})' if missing and cell['per_seed'] else text
 

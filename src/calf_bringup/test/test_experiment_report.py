@@ -37,6 +37,16 @@ def test_cells_as_percentages_of_the_reference(tmp_path: Path) -> None:
     assert '| Baseline | 100 % |' in text and '| Student | 50 % |' in text
 
 
+def test_a_negative_reference_gives_changes_and_small_returns_keep_their_decimals(tmp_path: Path) -> None:
+    """Reacher-v5's returns are costs near -4: a worse cell is a negative change, not a percentage above 100."""
+    table = {**result([-3.8, -3.9, -4.0], {}), 'reference': ['Baseline', 'Sim-Clean']}
+    table['cells']['Student'] = {'Sim-Clean': {'mean': -7.22, 'std': 3.1, 'per_seed': [-7.0, -7.44]}}
+    text = write_markdown(table, tmp_path / 'mine.md').read_text()
+    assert '| **Baseline** | -3.90 ± 1.50 |' in text and '| **Student** | -7.22 ± 3.10 |' in text
+    assert 'Change from Baseline on Sim-Clean (-3.90), in % of its size' in text
+    assert '| Baseline | +0 % |' in text and '| Student | -85 % |' in text
+
+
 def test_a_row_whose_seeds_all_failed_is_written_as_strict_json(tmp_path: Path) -> None:
     from calf_bringup.experiment import write_outputs
     from calf_bringup.experiment_report import write_results_readme
