@@ -171,7 +171,9 @@ class LocalExecutor:
 
 
 def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, desc: str) -> dict[str, CellOutcome]:
-    """Run every unfinished cell, retrying each once; return every cell's outcome by key."""
+    """Run every unfinished cell, retrying each once; return every cell's outcome by key.
+
+    Cells start in list order as slots free up, each once the cell it waits for (``after``) has finished."""
     logs.mkdir(parents=True, exist_ok=True)
     outcomes = {c.key: CellOutcome('cached', _reports(cache, c)) for c in cells if _finished(cache, c)}
     waiting = [c for c in cells if c.key not in outcomes]
@@ -197,10 +199,11 @@ def run_cells(cells: list[Cell], executor: Executor, cache: Path, logs: Path, de
 
         while waiting or in_flight:
             for cell in [c for c in waiting if c.after is None or c.after in outcomes]:
-                waiting.remove(cell)
                 if cell.after and outcomes[cell.after].status == 'failed':
+                    waiting.remove(cell)
                     outcomes[cell.key] = CellOutcome('failed', error=f'needs cell {cell.after}, which failed')
-                else:
+                elif len(in_flight) < executor.slots:  # a slot at a time: a cell that waited keeps its place
+                    waiting.remove(cell)
                     submit(cell, 1)
             show()
             for handle, result in executor.wait(list(in_flight), POLL_S) if in_flight else ():

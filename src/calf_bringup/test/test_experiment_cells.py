@@ -29,6 +29,14 @@ def write_cell(name: str, cache: Path) -> dict:
     return {}
 
 
+def logged_cell(name: str, cache: Path) -> dict:
+    """``write_cell``, after appending ``name`` to the cache's ``order`` file."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / 'order').open('a') as order:
+        order.write(name + ' ')
+    return write_cell(name, cache)
+
+
 def broken_cell(cache: Path) -> dict:
     raise ValueError('profile not found: no_such_profile')
 
@@ -67,6 +75,22 @@ def test_cells_run_resume_and_a_cell_failing_twice_is_reported(tmp_path: Path) -
     assert second['broken'].status == 'failed'  # a rerun retries failed cells
     assert (logs / 'broken.log').read_text().count('=== attempt') == 4
     assert 'training a' in (logs / 'a.log').read_text()
+
+
+def test_a_cell_that_waited_for_another_keeps_its_place_in_the_order(tmp_path: Path) -> None:
+    """Cells start a slot at a time in list order: a plan row placed first runs right after its Baseline, not
+    after every cell that was ready before it (``calf experiment --rows``)."""
+    def logged(name: str, after: str | None = None) -> Cell:
+        return Cell(name, partial(logged_cell, name), (f'eval/{name}.json',), after=after)
+
+    cells = [logged('base'), logged('plans', after='base'), logged('other-1'), logged('other-2')]
+    executor = LocalExecutor(1)
+    try:
+        outcomes = run_cells(cells, executor, tmp_path / 'cache', tmp_path / 'logs', 'test')
+    finally:
+        executor.close()
+    assert {o.status for o in outcomes.values()} == {'done'}
+    assert (tmp_path / 'cache' / 'order').read_text().split() == ['base', 'plans', 'other-1', 'other-2']
 
 
 def test_a_shipped_cell_returns_its_new_files_and_the_head_stores_them(tmp_path: Path) -> None:
