@@ -22,6 +22,7 @@ import numpy as np
 from calf_bringup.experiment_cells import Cell, Executor, LocalExecutor, run_cells
 from calf_bringup.experiment_specs import BASED_PLANNERS, Row, TableSpec, env_slug
 from calf_core import atomic
+from calf_core.errors import ConfigError
 from calf_core.yaml_files import read_json
 
 
@@ -191,6 +192,7 @@ def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: in
     ``spec``'s rows) runs those rows only, in that order; the other rows' cells are taken from the cache where
     they are there, and are marked not run where not.
     """
+    check_profile_files(spec)
     trains = [TrainJob(spec.env, row, seed, steps or spec.steps) for row in spec.rows for seed in range(seeds)]
     evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
     order = {name: i for i, name in enumerate(rows or [row.name for row in spec.rows])}
@@ -207,6 +209,15 @@ def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: in
     part = {} if rows is None else {'missing_as': 'not run'}
     return {**collect(spec, trains, evals, reports), **part,
             'cells_run': {k: o.summary() for k, o in outcomes.items()}}
+
+
+def check_profile_files(spec: TableSpec) -> None:
+    """Refuse, before any cell runs, a table whose rows or columns name a profile file or trace bag that is not
+    there: the project's own tables name theirs relative to the repository root (``results/profiles``)."""
+    for network in [row.network for row in spec.rows] + [col.network for col in spec.columns]:
+        if '/' in network and not Path(network).exists():
+            raise ConfigError(f'{spec.name}: no profile or trace {network!r} under {Path.cwd()}: run calf experiment '
+                              f'{spec.name} from the root of the CALF repository, where results/ holds it')
 
 
 def cached_reports(evals: list[EvalJob], cache: Path) -> dict[str, dict[str, Any]]:

@@ -78,6 +78,16 @@ def test_table5_dynamic_trains_the_three_regimes_into_the_results_readme(tmp_pat
     assert '## table5_dynamic: MiniGrid Dynamic-Obstacles' in (out / 'README.md').read_text()
 
 
+def test_a_table_whose_profile_files_are_elsewhere_is_refused_before_it_trains(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The robots tables' constant-delay columns are files under the repository's results/profiles."""
+    monkeypatch.chdir(tmp_path)
+    assert main(['experiment', 'robots_reacher', '--seeds', '1', '--out', str(tmp_path / 'out')]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and "no profile or trace 'results/profiles/constant_2_ticks_20ms.yaml'" in err
+    assert 'from the root of the CALF repository' in err and not (tmp_path / 'out' / 'cache').exists()
+
+
 @pytest.mark.slow
 def test_rows_run_one_row_and_take_the_others_from_the_cache(tmp_path: Path) -> None:
     """--rows trains only the rows named; a later run of another row finds the first one's cells cached."""
