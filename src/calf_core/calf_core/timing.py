@@ -18,7 +18,7 @@ so that a policy meets the same timing in training as over DDS (README, "Timing 
 - A Box plan may carry first-order feedback (:class:`FeedbackPlan`): element j then applies
   ``clip(plan[j] + gains[j] @ (o - predicted[j]))``, ``o`` being the observation the env emitted at the tick
   before (what the env sees as it applies the element) and ``predicted[j]`` the planner's prediction of it,
-  within the action bounds. A held tick applies no feedback.
+  within the action bounds. A held tick applies no feedback: under hold last it repeats the last element as sent.
 - The end-to-end latency of step s is the arrival time of its action minus the stamp of
   observation s, both read on the env side.
 - The policy acts only on observations newer than the last one it acted on. Of several that reach it
@@ -264,10 +264,9 @@ class PlanExecutor:
         self._first_use = False  # a new plan sets it again
         if index >= 0:
             if plan_seq >= 0:
-                action = plan[index]
+                action = self._last_action = plan[index]  # hold last repeats the element as sent: no feedback
                 if self._feedback is not None and obs is not None:
                     action = self._corrected(action, index, obs)
-                self._last_action = action
                 return _new(AppliedAction, (action, plan_seq, index, False))
             self._last_action = action = self.start_plan[index]
             return AppliedAction(action, -1, -1, True)

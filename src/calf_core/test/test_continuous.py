@@ -157,6 +157,22 @@ def test_a_feedback_plan_corrects_each_element_by_the_observation_the_env_sees_a
     assert inner.applied[:6] == pytest.approx([0.0, 0.2 + 0.1, 0.3 + 0.2, 1.0, 0.0, 0.0])  # 0.95 + 0.3: clipped
 
 
+def test_hold_last_after_a_feedback_plan_repeats_its_last_element_uncorrected() -> None:
+    """A held tick applies no feedback: under hold last it repeats the plan's last element as sent (0.4), which
+    is what a model planner's rollout assumes, not the corrected action applied at the tick before (0.4 + 0.3)."""
+    inner = Wheel()
+    env = NetworkedEnv(inner, TaskSpec('wheel', 0.01, hold=HoldMode.LAST), fixed_link(10), fixed_link(10),
+                       plan_horizon=4)
+    env.reset(seed=0)
+    plan = FeedbackPlan(np.array([[0.1], [0.2], [0.3], [0.4]], np.float32), np.full((4, 1, 1), 0.1, np.float32),
+                        np.zeros((4, 1), np.float32))
+    env.step(plan)  # answers obs 0, arrives at tick 2: elements 1-3 run at ticks 2-4
+    env.downlink = Link([BernoulliLoss(p=1.0)], np.random.default_rng(0))
+    for _ in range(4):
+        env.step(np.full((4, 1), 0.9, np.float32))
+    assert inner.applied[:6] == pytest.approx([0.0, 0.2 + 0.1, 0.3 + 0.2, 0.4 + 0.3, 0.4, 0.4])
+
+
 @pytest.mark.parametrize('feedback', [(np.zeros((2, 1, 2), np.float32), np.zeros((2, 1), np.float32)),  # obs size
                                       (np.zeros((1, 1, 1), np.float32), np.zeros((1, 1), np.float32)),  # plan length
                                       (np.full((2, 1, 1), np.nan, np.float32), np.zeros((2, 1), np.float32)),
