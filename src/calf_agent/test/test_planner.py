@@ -177,8 +177,9 @@ def pendulum_planner(pendulum_base: Path) -> Path:
 
 
 def test_a_sac_actor_is_a_planners_base(tmp_path: Path) -> None:
-    """A smooth SAC expert plans like a Gaussian one: from element ``lead`` on, its deterministic action on the
-    members' mean state; the planner round-trips through its checkpoint."""
+    """A smooth SAC expert plans like a Gaussian one: its deterministic action on the members' mean state, the
+    state rolled forward under the env's hold before ``lead`` (an episode's first plan); the planner round-trips
+    through its checkpoint."""
     torch.manual_seed(0)
     actor = SacActor(4, 1, [-3.0], [3.0], hidden=(32, 32))
     base = save_base(actor, 'InvertedPendulum-v5', tmp_path / 'base')
@@ -189,11 +190,12 @@ def test_a_sac_actor_is_a_planners_base(tmp_path: Path) -> None:
     obs = np.array([0.0, 0.05, 0.0, 0.0], dtype=np.float32)
     plan, _ = agent.act(obs, None, deterministic=True, seq=[0])
     x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)
-    for j in range(6):
-        if j >= agent.lead:
-            expected = agent.base.act(x.mean(0).detach().numpy(), deterministic=True)[0]
-            assert plan[0, j] == pytest.approx(expected[0], abs=1e-6), j
-        x = agent.model.rollout_step(x, torch.as_tensor(plan[:, j]))
+    assert agent.lead > 0
+    for j in range(6):  # an episode's first plan: the env holds zero torque until it arrives, which the rollout
+        expected = agent.base.act(x.mean(0).detach().numpy(), deterministic=True)[0]  # assumes on the lead ticks
+        assert plan[0, j] == pytest.approx(expected[0], abs=1e-6), j
+        held = torch.zeros_like(torch.as_tensor(plan[:, j]))
+        x = agent.model.rollout_step(x, torch.as_tensor(plan[:, j]) if j >= agent.lead else held)
 
 
 @pytest.mark.slow
