@@ -7,11 +7,11 @@ is arrival-aware: the plan cannot arrive before the env has run ``lead`` more ti
 ticks the env runs the newest plan sent earlier (before any plan has arrived: its start plan, or the
 action it holds). The rollout uses those actions there and copies them into the new plan. A plan that
 arrives early therefore changes nothing, and one that arrives up to ``lead`` ticks late meets the
-states it predicted. An episode's first plan is the exception: the env holds its fallback until a plan
-arrives, and the rollout (and the next plan's, which reads this one) assumes so on the lead ticks, but the plan
-sent carries the base policy's actions at those predicted states there, which it runs if it arrives early. At
-an episode's start no round trip is known yet, so the lead is the longest; on a clean link the first plan
-arrives at once, and copying the fallback cost Reacher-v5 its first tick, 6 % of its return (results/NOTES.md).
+states it predicted. An episode's first element is the exception: no round trip is known yet, so the lead
+is the longest, but on a fast link the first plan arrives at the next tick. Its element 0 is then the base
+policy's action at the observation itself, which runs only if it arrives that soon; the rollouts (this one,
+and the next plan's, which reads this one) assume the fallback there. Copying the fallback cost Reacher-v5 its
+first tick on a clean link, 6 % of its return (results/NOTES.md).
 
 The lead is adaptive with ``lead_window`` W > 0: each observation says which plan the env applied at its
 tick (``applied_obs_seq``), so ``seq - applied_obs_seq`` is how many ticks that plan's round trip took at
@@ -249,8 +249,7 @@ class PlanningAgent(nn.Module):
         states = x[None].expand(self.model.members, -1, -1)
         cut = torch.zeros(len(x), dtype=torch.bool)
         length = self._length(torch.where(sent, seq_t - prev_seq, len(self.lengths or ())))
-        plan: list[Tensor] = []  # as the rollout assumes it runs, and as the next call reads it
-        sent_plan: list[Tensor] = []  # as sent: an episode's first plan acts where it arrives early
+        plan: list[Tensor] = []
         all_env_gains: list[Tensor] = []  # per element: the env's plan's gains on the lead ticks, else zero
         all_predicted: list[Tensor] = []
         all_own: list[Tensor] = []  # per element: rows whose element is this plan's own, not cut (their gains after)
@@ -282,9 +281,6 @@ class PlanningAgent(nn.Module):
                         env_gains = torch.where(_rows(env_side, gains), gains, 0.0)
                         predicted = torch.where(_rows(env_side, predicted), env_predicted, predicted)
             plan.append(action)
-            early = env_side & ~sent  # an episode's first plan, on ticks where the env holds its fallback
-            sent_plan.append(torch.where(_rows(early, action), self._base_action(states.mean(0), deterministic).to(
-                action.dtype), action) if early.any() else action)
             applied = action
             if feedback:  # the env's plans' elements are corrected; this plan's own predict its state exactly
                 all_env_gains.append(env_gains)
@@ -303,7 +299,11 @@ class PlanningAgent(nn.Module):
                 gains_t[own_t] = self._gains(predicted_t[own_t])
             kept += [gains_t.reshape(len(plans), -1), predicted_t.reshape(len(plans), -1)]
         memory = torch.cat(kept, 1)
-        sent_plans = torch.stack(sent_plan, 1).numpy()
+        sent_plans = plans.clone()
+        first = ~sent & (lead > 0)  # an episode's first plan: on a clean link it arrives before its lead
+        if first.any():
+            sent_plans[first, 0] = self._base_action(x[first], deterministic).to(plans.dtype)
+        sent_plans = sent_plans.numpy()
         if feedback:
             return FeedbackPlans(sent_plans, gains_t.numpy(), predicted_t.numpy()), (memory.unsqueeze(0),)
         return sent_plans, (memory.unsqueeze(0),)

@@ -47,14 +47,6 @@ downlink: same
 """
 
 
-def as_assumed(plan: np.ndarray, lead: int) -> np.ndarray:
-    """An episode's first Box plan ``[1, H, A]`` as its rollout assumes it runs: zero torque (the env's hold before
-    any plan) on the ticks before ``lead``; the plan sent acts there only if it arrives early."""
-    assumed = plan.copy()
-    assumed[:, :lead] = 0.0
-    return assumed
-
-
 @pytest.fixture(scope='module', autouse=True)
 def one_thread() -> Iterator[None]:
     """Small networks: one torch thread, as training and evaluation use (two contend on a loaded machine)."""
@@ -100,20 +92,22 @@ def test_dynamics_model_predicts_far_better_than_no_change(base_dir: Path) -> No
 
 @pytest.mark.slow
 def test_plans_copy_what_runs_before_they_can_arrive(planner_dir: Path) -> None:
-    """An episode's first plan: the base policy's actions on the states the model predicts under the start plan,
-    which runs until a plan arrives. A later plan copies what runs before it can arrive (``lead``): the start
-    plan, then the previous plan as the rollout assumed it; later elements follow the model."""
+    """Elements before ``lead`` repeat the start plan, then the previous plan; later ones follow the model. An
+    episode's first element is the base's action at the observation, which runs only if the plan arrives at once."""
     agent, meta = load_checkpoint(planner_dir)
     assert isinstance(agent, PlanningAgent) and (agent.lead, agent.plan_horizon) == (6, 16)
     assert meta['start_plan'] == [0, 1] and meta['planner']['lead'] == 6
     obs = np.array([0.0, 0.0, 0.05, 0.0], dtype=np.float32)
     first, state = agent.act(obs, None, deterministic=True, seq=[0])
+    assert first[0, 1:6].tolist() == [1, 0, 1, 0, 1]  # tick t runs start_plan[(t - 1) % 2]
     x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)  # [members, 1, obs]
-    for j in range(16):  # the rollout: tick j + 1 runs start_plan[j % 2] before element 6, the plan from there
-        assert first[0, j] == int(agent.base.logits(x.mean(0)).argmax(-1)[0]), j
-        x = agent.model.rollout_step(x, torch.as_tensor([meta['start_plan'][j % 2]] if j < 6 else first[:, j]))
+    assert first[0, 0] == int(agent.base.logits(x.mean(0)).argmax(-1)[0])
+    for j in range(16):  # the rollout: start_plan[0] at tick 1, base policy on the members' mean state from element 6 on
+        if j >= 6:
+            assert first[0, j] == int(agent.base.logits(x.mean(0)).argmax(-1)[0]), j
+        x = agent.model.rollout_step(x, torch.as_tensor(first[:, j] if j else [0]))
     second, _ = agent.act(obs, state, deterministic=True, seq=[3])  # answers observation 3
-    assert second[0, :6].tolist() == [1, 0, 1, *first[0, 6:9].tolist()]  # ticks 4-6: the start plan; 7-9: the first
+    assert second[0, :6].tolist() == first[0, 3:9].tolist()
 
 
 @pytest.mark.slow
@@ -133,7 +127,7 @@ def test_policy_runner_keeps_the_planner_state_per_episode(planner_dir: Path) ->
     obs = np.array([0.0, 0.0, 0.02, 0.0], dtype=np.float32)
     first = runner.on_observation(ReceivedObservation(0, 0, obs))
     later = runner.on_observation(ReceivedObservation(0, 2, obs))
-    assert len(first) == len(later) == 16 and later[:6] == [0, 1, 0, 1, *first[6:8]]  # the start plan, then first
+    assert len(first) == len(later) == 16 and later[:6] == first[2:8]
     assert runner.on_observation(ReceivedObservation(1, 0, obs)) == first  # a new episode forgets
 
 
@@ -185,9 +179,8 @@ def pendulum_planner(pendulum_base: Path) -> Path:
 
 
 def test_a_sac_actor_is_a_planners_base(tmp_path: Path) -> None:
-    """A smooth SAC expert plans like a Gaussian one: its deterministic action on the members' mean state, the
-    state rolled forward under the env's hold before ``lead`` (an episode's first plan); the planner round-trips
-    through its checkpoint."""
+    """A smooth SAC expert plans like a Gaussian one: from element ``lead`` on, its deterministic action on the
+    members' mean state; the planner round-trips through its checkpoint."""
     torch.manual_seed(0)
     actor = SacActor(4, 1, [-3.0], [3.0], hidden=(32, 32))
     base = save_base(actor, 'InvertedPendulum-v5', tmp_path / 'base')
@@ -198,12 +191,11 @@ def test_a_sac_actor_is_a_planners_base(tmp_path: Path) -> None:
     obs = np.array([0.0, 0.05, 0.0, 0.0], dtype=np.float32)
     plan, _ = agent.act(obs, None, deterministic=True, seq=[0])
     x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)
-    assert agent.lead > 0
-    for j in range(6):  # an episode's first plan: the env holds zero torque until it arrives, which the rollout
-        expected = agent.base.act(x.mean(0).detach().numpy(), deterministic=True)[0]  # assumes on the lead ticks
-        assert plan[0, j] == pytest.approx(expected[0], abs=1e-6), j
-        held = torch.zeros_like(torch.as_tensor(plan[:, j]))
-        x = agent.model.rollout_step(x, torch.as_tensor(plan[:, j]) if j >= agent.lead else held)
+    for j in range(6):
+        if j >= agent.lead or j == 0:
+            expected = agent.base.act(x.mean(0).detach().numpy(), deterministic=True)[0]
+            assert plan[0, j] == pytest.approx(expected[0], abs=1e-6), j
+        x = agent.model.rollout_step(x, torch.as_tensor(plan[:, j] if j else [[0.0]]))  # zero runs at tick 1
 
 
 @pytest.mark.slow
@@ -217,14 +209,15 @@ def test_continuous_plans_copy_the_env_side_then_follow_the_model(pendulum_plann
     obs = np.array([0.0, 0.05, 0.0, 0.0], dtype=np.float32)
     first, state = agent.act(obs, None, deterministic=True, seq=[0])
     assert first.shape == (1, 8, 1) and first.dtype == np.float32
-    assumed = as_assumed(first, lead)
+    assert first[0, 1:lead, 0].tolist() == [0.0] * (lead - 1)
     x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)
-    for j in range(8):  # the base policy's mean on the members' mean state, clipped; zero torque runs before lead
-        expected = agent.base.clip(agent.base.actor_mean(agent.base.obs_norm(x.mean(0)))).detach()
-        assert first[0, j] == pytest.approx(float(expected[0, 0]), abs=1e-6), j
-        x = agent.model.rollout_step(x, torch.as_tensor(assumed[:, j]))
+    for j in range(8):  # element 0 and from ``lead`` on: the base policy's mean on the members' mean state, clipped
+        if j >= lead or j == 0:
+            expected = agent.base.clip(agent.base.actor_mean(agent.base.obs_norm(x.mean(0)))).detach()
+            assert first[0, j] == pytest.approx(float(expected[0, 0]), abs=1e-6), j
+        x = agent.model.rollout_step(x, torch.as_tensor(first[:, j] if j else [[0.0]]))  # zero torque at tick 1
     second, state = agent.act(obs, state, deterministic=True, seq=[2])  # elements 2.. of the first plan run on
-    assert second[0, :lead].tolist() == assumed[0, 2:2 + lead].tolist()
+    assert second[0, :lead].tolist() == first[0, 2:2 + lead].tolist()
     late, _ = agent.act(obs, state, deterministic=True, seq=[9])  # obs 2's plan covers ticks 3..10, then zeros
     assert late[0, :lead, 0].tolist() == [second[0, 7, 0]] + [0.0] * (lead - 1) and second[0, 7, 0] != 0.0
 
@@ -260,7 +253,6 @@ def test_feedback_plans_carry_the_base_policys_gains_at_each_predicted_state(pen
     assert isinstance(first, FeedbackPlans)
     assert (first.actions.shape, first.gains.shape, first.predicted.shape) == ((1, 8, 1), (1, 8, 1, 4), (1, 8, 4))
     assert not first.gains[0, :lead].any()
-    assumed = as_assumed(first.actions, lead)
     x = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1)
     for j in range(8):
         if j >= lead:
@@ -268,9 +260,9 @@ def test_feedback_plans_carry_the_base_policys_gains_at_each_predicted_state(pen
             gain = torch.autograd.grad(agent.base.mean_action(z).sum(), z)[0]
             assert first.gains[0, j, 0] == pytest.approx(gain[0].numpy(), abs=1e-5), j
             assert first.predicted[0, j] == pytest.approx(x.mean(0)[0].detach().numpy(), abs=1e-6), j
-        x = agent.model.rollout_step(x, torch.as_tensor(assumed[:, j])).detach()
+        x = agent.model.rollout_step(x, torch.as_tensor(first.actions[:, j] if j else [[0.0]])).detach()
     second, _ = agent.act(obs, state, deterministic=True, seq=[2])  # elements 2.. of the first plan run on
-    assert second.actions[0, :lead].tolist() == assumed[0, 2:2 + lead].tolist()
+    assert second.actions[0, :lead].tolist() == first.actions[0, 2:2 + lead].tolist()
     assert np.array_equal(second.gains[0, :lead], first.gains[0, 2:2 + lead])
     assert np.array_equal(second.predicted[0, :lead], first.predicted[0, 2:2 + lead])
 
@@ -385,8 +377,7 @@ def cut_plans(agent: PlanningAgent, obs: np.ndarray) -> tuple[np.ndarray, np.nda
     x, spread = torch.as_tensor(obs)[None, None].repeat(agent.model.members, 1, 1), []
     for j in range(8):
         spread.append(float(disagreement(x, agent.model.y_std)[0]))
-        ran = [agent.start_plan[j % len(agent.start_plan)]] if j < agent.lead else free[:, j]  # the env's, then the plan
-        x = agent.model.rollout_step(x, torch.as_tensor(ran))
+        x = agent.model.rollout_step(x, torch.as_tensor(free[:, j] if j else [agent.start_plan[0]]))
     agent.disagreement_cut = (spread[4] + spread[5]) / 2
     cut, _ = agent.act(obs, None, deterministic=True, seq=[0])
     return free, cut, spread
@@ -439,8 +430,9 @@ def test_planner_checkpoints_from_before_the_ensemble_still_load(tmp_path: Path,
     plan, _ = agent.act(obs, None, deterministic=True, seq=[0])
     with torch.inference_mode():  # the old rule: s + net((s, a) normalised) * y_std + y_mean
         x = torch.as_tensor(obs)[None]
-        for _ in range(4):  # the lead ticks: zero torque until an episode's first plan arrives
-            inputs = (torch.cat([x, torch.zeros(1, 1)], -1) - agent.model.x_mean) / agent.model.x_std
+        for j in range(4):
+            ran = torch.as_tensor(plan[:, j] if j else [[0.0]])  # zero torque until a first plan arrives
+            inputs = (torch.cat([x, ran], -1) - agent.model.x_mean) / agent.model.x_std
             x = x + agent.model.net(inputs) * agent.model.y_std + agent.model.y_mean
         expected = agent.base.clip(agent.base.actor_mean(agent.base.obs_norm(x)))
     assert plan[0, 4, 0] == pytest.approx(float(expected[0, 0]), abs=1e-6)
