@@ -66,10 +66,13 @@ def _percent(mean: float, base: float) -> str:
 
 
 def _decimals(result: dict[str, Any]) -> int:
-    """Decimals that show a table's means to about three figures: none from 100 up, one from 10, else two."""
-    biggest = max((abs(cell['mean']) for cells in result['cells'].values() for cell in cells.values()
-                   if cell['per_seed']), default=0.0)
-    return 0 if biggest >= 100 else 1 if biggest >= 10 else 2
+    """Decimals that show a table's means to about three figures: none from 100 up, one from 10, else two; by
+    the reference cell where the table has one, else by its largest mean."""
+    cells = [cell for row in result['cells'].values() for cell in row.values() if cell['per_seed']]
+    reference = result['cells'][result['reference'][0]][result['reference'][1]] if result.get('reference') else None
+    size = abs(reference['mean']) if reference and reference['per_seed'] else max(
+        (abs(cell['mean']) for cell in cells), default=0.0)
+    return 0 if size >= 100 else 1 if size >= 10 else 2
 
 
 def _cell(cell: dict[str, Any], missing_as: str, decimals: int) -> str:
