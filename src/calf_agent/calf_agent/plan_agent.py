@@ -299,8 +299,8 @@ class PlanningAgent(nn.Module):
                 gains_t[own_t] = self._gains(predicted_t[own_t])
             kept += [gains_t.reshape(len(plans), -1), predicted_t.reshape(len(plans), -1)]
         memory = torch.cat(kept, 1)
-        sent_plans = plans.clone()
         first = ~sent & (lead > 0)  # an episode's first plan: on a clean link it arrives before its lead
+        sent_plans = plans.clone() if first.any() else plans  # the memory keeps the plan as its rollout assumed it
         if first.any():
             sent_plans[first, 0] = self._base_action(x[first], deterministic).to(plans.dtype)
         sent_plans = sent_plans.numpy()

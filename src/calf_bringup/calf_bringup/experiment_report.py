@@ -33,7 +33,7 @@ def markdown_table(result: dict[str, Any]) -> str:
         lines.append(f'| **{row}**{mark} | ' + ' | '.join(ours) + ' |')
         if row in result['paper']:
             lines.append(f'| {row} (paper) | ' + ' | '.join(result['paper'][row]) + ' |')
-    lines += _percentages(result)
+    lines += _percentages(result, decimals)
     failed = {k: c['error'] for k, c in result.get('cells_run', {}).items() if c['status'] == 'failed'}
     if failed:
         lines += ['', f'{len(failed)} cells failed (their seeds are left out above):']
@@ -41,7 +41,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     return '\n'.join(lines)
 
 
-def _percentages(result: dict[str, Any]) -> list[str]:
+def _percentages(result: dict[str, Any], decimals: int) -> list[str]:
     """The cells' means as percentages of the reference cell's (none without a reference). When the reference
     is negative (a cost, as in Reacher-v5), as the change from it in % of its size instead, so that a smaller
     figure is still the worse one."""
@@ -50,8 +50,8 @@ def _percentages(result: dict[str, Any]) -> list[str]:
     row, col = result['reference']
     base = result['cells'][row][col]['mean']
     cols = result['columns']
-    heading = (f'As % of {row} on {col} ({base:.{_decimals(result)}f})' if base >= 0 else
-               f'Change from {row} on {col} ({base:.{_decimals(result)}f}), in % of its size '
+    heading = (f'As % of {row} on {col} ({base:.{decimals}f})' if base >= 0 else
+               f'Change from {row} on {col} ({base:.{decimals}f}), in % of its size '
                '(the returns are negative: -10 % is 10 % worse)')
     lines = ['', heading + ':', '', '| training | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 1) + '|']
     for name, cells in result['cells'].items():
@@ -68,10 +68,10 @@ def _percent(mean: float, base: float) -> str:
 def _decimals(result: dict[str, Any]) -> int:
     """Decimals that show a table's means to about three figures: none from 100 up, one from 10, else two; by
     the reference cell where the table has one, else by its largest mean."""
-    cells = [cell for row in result['cells'].values() for cell in row.values() if cell['per_seed']]
     reference = result['cells'][result['reference'][0]][result['reference'][1]] if result.get('reference') else None
     size = abs(reference['mean']) if reference and reference['per_seed'] else max(
-        (abs(cell['mean']) for cell in cells), default=0.0)
+        (abs(cell['mean']) for row in result['cells'].values() for cell in row.values() if cell['per_seed']),
+        default=0.0)
     return 0 if size >= 100 else 1 if size >= 10 else 2
 
 
