@@ -23,6 +23,7 @@ setup(
     entry_points={
         'console_scripts': [
             'calf = calf_bringup.cli:main',
+            'eval_monitor_node = calf_bringup.eval_monitor_node:main',
         ],
     },
 )

@@ -37,6 +37,7 @@ DISCOVERY_RANGES = ('localhost', 'subnet', 'off', 'system_default')
 EDGE = {'observation': f'{NAMESPACE}/edge/observation', 'action': f'{NAMESPACE}/edge/action'}
 DESKTOP = {'observation': f'{NAMESPACE}/desktop/observation', 'action': f'{NAMESPACE}/desktop/action'}
 CANDIDATES = f'{NAMESPACE}/edge/candidates'  # hierarchical: every sub-policy's actions, to the arbiter
+SHIM_STATS = f'{NAMESPACE}/shim/link_stats'  # the shim's LinkStats (its relative shim/link_stats)
 POLICY_ROLE = {'flat_desktop': 'desktop', 'flat_edge': 'edge'}  # hierarchical: sub-policies on both
 
 

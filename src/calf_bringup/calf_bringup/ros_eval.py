@@ -3,9 +3,11 @@
 The env node, the shim and the policy node run as separate processes (``runner.Graph``). The env
 node appends each counted episode's result to a file this process reads as it grows (the env node's
 ``results_file``): DDS discovery, which on a loaded host sometimes never matched a listener here with
-the env's ``episode_result`` publisher, cannot lose an episode. This process listens on a private
-rclpy Context to ``/calf/shim/link_stats`` (losses) and turns both into the same report as
-``--backend sim``; each wait is bounded and ends in one line naming what did not arrive.
+the env's ``episode_result`` publisher, cannot lose an episode. One more node of the graph, the eval
+monitor (``calf_bringup.eval_monitor_node``), writes the shim's LinkStats (losses) and the sub-policies it
+heard to a second such file. This process turns both into the same report as ``--backend sim``; each wait
+is bounded and ends in one line naming what did not arrive. It joins no DDS domain itself, so its end is
+the graph's bounded stop, never a wait inside DDS.
 
 DDS discovery gives no order, but the env node counts no episode before a policy answers (its start
 gate): it ticks uncounted warm-up episodes until the first action arrives, then starts episode 0 of
@@ -39,12 +41,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-
 from calf_agent.hierarchy import load_hierarchy
-from calf_bringup.graph import CANDIDATES, NAMESPACE, build_graph
+from calf_bringup.graph import NAMESPACE, NodeSpec, build_graph
 from calf_bringup.run_options import RunOptions
 from calf_bringup.runner import Graph
 from calf_core import progress as progress_bars
@@ -52,65 +50,87 @@ from calf_core.envs import env_spec, make_env
 from calf_core.errors import CalfError, ConfigError
 from calf_core.network import resolve_network
 from calf_core.yaml_files import read_json
-from calf_msgs.msg import Action, LinkStats
-from calf_ros.qos import RESULTS, STREAM
+from calf_msgs.msg import LinkStats
 
-SHIM_STATS_TOPIC = f'{NAMESPACE}/shim/link_stats'
 STARTUP_TIMEOUT_S = 60.0  # until an action reaches the env: processes start, torch loads, DDS discovers
 STATS_PERIOD_S = 0.05  # the shim's LinkStats period during an evaluation
+POLL_S = 0.05  # how often the nodes' files are read
 DIRECTIONS = (LinkStats.DIRECTION_UPLINK, LinkStats.DIRECTION_DOWNLINK)
 
 
-class ResultsFile:
-    """The env node's ``results_file``, read as it grows: its JSON lines, one per counted episode."""
+class JsonLinesFile:
+    """A file of JSON objects, one per line, that a node appends to: read as it grows."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.results: dict[int, dict[str, Any]] = {}  # by seq, the fields of EpisodeResult
-        self.counting = False  # the env's start gate opened: its count started
+    def __init__(self, path: Path, what: str) -> None:
+        self.path, self.what = path, what
         self._offset, self._partial = 0, b''
 
-    def poll(self) -> None:
-        """Take the complete lines written since the last poll."""
+    def poll(self) -> list[dict[str, Any]]:
+        """The complete lines written since the last poll."""
         try:
             with self.path.open('rb') as file:
                 file.seek(self._offset)
                 chunk = file.read()
         except FileNotFoundError:
-            return
+            return []
         self._offset += len(chunk)
         *lines, self._partial = (self._partial + chunk).split(b'\n')
+        records = []
         for line in lines:
             try:
-                result = json.loads(line)
-                if not isinstance(result, dict):
+                record = json.loads(line)
+                if not isinstance(record, dict):
                     raise ValueError(line)
             except ValueError:
-                raise CalfError(f'the env node\'s results file {self.path} has an unreadable line: '
-                                f'{line[:80]!r}') from None
+                raise CalfError(f'{self.what} {self.path} has an unreadable line: {line[:80]!r}') from None
+            records.append(record)
+        return records
+
+
+class ResultsFile(JsonLinesFile):
+    """The env node's ``results_file``: one line per counted episode, after the line that opens the count."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, 'the env node\'s results file')
+        self.results: dict[int, dict[str, Any]] = {}  # by seq, the fields of EpisodeResult
+        self.counting = False  # the env's start gate opened: its count started
+
+    def poll(self) -> list[dict[str, Any]]:
+        records = super().poll()
+        for result in records:
             if 'seq' in result:
                 self.results[result['seq']] = result
             self.counting = True
+        return records
 
 
-class _Listener:
-    """Episode results from the env's results file; the shim's latest counters, received on a private context."""
+class MonitorFile(JsonLinesFile):
+    """The eval monitor node's ``out_file`` (``calf_bringup.eval_monitor_node``): the shim's latest counters per
+    direction, and the env episode in which each sub-policy was first heard."""
 
-    def __init__(self, node: Node, results: ResultsFile, sources: tuple[str, ...] = ()) -> None:
-        self.file = results
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, 'the eval monitor\'s file')
+        self.stats: dict[int, tuple[int, int]] = {}  # direction: (LinkStats seq, messages lost so far)
+        self.heard: list[tuple[str, int]] = []  # (source, episode), in the order they were first heard
+
+    def poll(self) -> list[dict[str, Any]]:
+        records = super().poll()
+        for record in records:
+            if 'stats' in record:
+                self.stats[record['stats']] = (record['seq'], record['lost'])
+            elif 'heard' in record:
+                self.heard.append((record['heard'], record['episode']))
+        return records
+
+
+class Listener:
+    """Episode results from the env's results file; the shim's counters and the sub-policies heard, from the
+    monitor's file."""
+
+    def __init__(self, results: ResultsFile, monitor: MonitorFile, sources: tuple[str, ...] = ()) -> None:
+        self.file, self.monitor = results, monitor
         self.results = results.results
-        self.shim_stats: dict[int, LinkStats] = {}
         self.sources = sources
-        self.unheard = set(sources)
-        self.ready_episode: int | None = None if sources else 0  # env episode when every source was heard
-        node.create_subscription(LinkStats, SHIM_STATS_TOPIC, self._on_stats, RESULTS)
-        if sources:
-            node.create_subscription(Action, CANDIDATES, self._on_candidate, STREAM.profile())
-
-    def _on_candidate(self, msg: Action) -> None:
-        self.unheard.discard(msg.source)
-        if not self.unheard and self.ready_episode is None:
-            self.ready_episode = msg.episode
 
     def shares(self, seqs: range) -> dict[str, float]:
         """The share of each source among the actions the env applied in the episodes ``seqs``."""
@@ -120,19 +140,25 @@ class _Listener:
         total = sum(counts.values()) or 1
         return {source: round(n / total, 4) for source, n in sorted(counts.items())}
 
-    def _on_stats(self, msg: LinkStats) -> None:
-        self.shim_stats[msg.direction] = msg
+    def ready_episode(self) -> int | None:
+        """The env episode in which the last of the sources was first heard (0 without sources; None before)."""
+        if not self.sources:
+            return 0
+        self.monitor.poll()
+        heard = self.monitor.heard
+        return heard[-1][1] if {source for source, _ in heard} >= set(self.sources) else None
 
     def first_counted(self) -> int | None:
         """The seq of the first episode to count (None until known): 0 once the env counts; for a
         hierarchy, the one after the first episode in which an action reached the env with every source heard."""
         self.file.poll()
-        if not self.file.counting or self.ready_episode is None:
+        ready = self.ready_episode()
+        if not self.file.counting or ready is None:
             return None
         if not self.sources:
             return 0
         live = min((seq for seq, result in self.results.items()
-                    if result['actions_applied'] > 0 and result['episode'] >= self.ready_episode), default=None)
+                    if result['actions_applied'] > 0 and result['episode'] >= ready), default=None)
         return None if live is None else live + 1
 
     def has(self, seqs: range) -> bool:
@@ -141,15 +167,17 @@ class _Listener:
 
     def stats_seq(self) -> int:
         """The newest seq of the shim's LinkStats (-1 before the first)."""
-        return max((stats.seq for stats in self.shim_stats.values()), default=-1)
+        self.monitor.poll()
+        return max((seq for seq, _ in self.monitor.stats.values()), default=-1)
 
     def stats_newer_than(self, seq: int) -> bool:
         """Both directions' counters were published after LinkStats ``seq``."""
-        return all(d in self.shim_stats and self.shim_stats[d].seq > seq for d in DIRECTIONS)
+        self.monitor.poll()
+        return all(d in self.monitor.stats and self.monitor.stats[d][0] > seq for d in DIRECTIONS)
 
     def lost(self) -> dict[int, int]:
         """Messages the shim dropped so far (injected by the model, or queue overflow), per direction."""
-        return {d: int(self.shim_stats[d].dropped_injected + self.shim_stats[d].dropped_queue) for d in DIRECTIONS}
+        return {d: self.monitor.stats[d][1] for d in DIRECTIONS}
 
 
 def evaluation_timeout_s(env: str, episodes: int, time_scale: float) -> float:
@@ -178,31 +206,31 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
                             time_scale=time_scale, placement=placement)
     workdir = tempfile.TemporaryDirectory(prefix='calf_eval_')
     results = ResultsFile(Path(workdir.name) / 'results.jsonl')
+    monitor = MonitorFile(Path(workdir.name) / 'monitor.jsonl')
     extra_parameters = {'shim': {'stats_period_s': STATS_PERIOD_S}, 'env': {'results_file': str(results.path)}}
     specs = [spec._replace(parameters={**spec.parameters, **extra_parameters[spec.name]})
              if spec.name in extra_parameters else spec for spec in build_graph(options)]
     with_shim = any(spec.name == 'shim' for spec in specs)
+    if with_shim or sources:
+        specs.append(NodeSpec('calf_bringup', 'eval_monitor_node', 'eval_monitor', NAMESPACE,
+                              {'out_file': str(monitor.path), 'sources': ','.join(sources)}, [], 'edge',
+                              dict(specs[0].additional_env)))
     domain = domain_id if domain_id is not None else 1 + os.getpid() % 100
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
-    node = rclpy.create_node(f'calf_eval_{os.getpid()}', namespace=NAMESPACE, context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
     try:
-        listener = _Listener(node, results, sources)
+        listener = Listener(results, monitor, sources)
         with Graph(specs, domain_id=domain, output=output) as nodes:
-            spin = partial(_spin, executor, nodes)
-            spin(lambda: listener.first_counted() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
+            wait = partial(_wait, nodes)
+            wait(lambda: listener.first_counted() is not None, STARTUP_TIMEOUT_S, 'a first action to reach the env')
             first = listener.first_counted()
             counted = range(first, first + episodes)
-            before = _fresh_counters(spin, listener) if with_shim else dict.fromkeys(DIRECTIONS, 0)
+            before = _fresh_counters(wait, listener) if with_shim else dict.fromkeys(DIRECTIONS, 0)
             with progress_bars.bar(episodes, 'episode', 'eval', allowed=progress) as bar:
                 def all_counted() -> bool:
                     done = listener.has(counted)
                     bar.update(sum(seq in listener.results for seq in counted) - bar.n)
                     return done
-                spin(all_counted, evaluation_timeout_s(env, episodes, time_scale), f'{episodes} episodes')
-            after = _fresh_counters(spin, listener) if with_shim else before
+                wait(all_counted, evaluation_timeout_s(env, episodes, time_scale), f'{episodes} episodes')
+            after = _fresh_counters(wait, listener) if with_shim else before
         from calf_agent.evaluate import EpisodeLog  # torch: not before the nodes start
 
         log = EpisodeLog()
@@ -217,9 +245,6 @@ def evaluate_ros(policy_dir: Path | str, network: str, episodes: int, seed: int,
         return log.report('ros', profile, keep_samples, time_scale=time_scale, policy=str(policy_dir), seed=seed,
                           graph=placement, **extra)
     finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
         workdir.cleanup()
 
 
@@ -237,16 +262,15 @@ def checkpoint_env(policy_dir: Path | str) -> str:
     return load_checkpoint(policy_dir)[1]['env']
 
 
-def _fresh_counters(spin: Callable[..., None], listener: _Listener) -> dict[int, int]:
+def _fresh_counters(wait: Callable[..., None], listener: Listener) -> dict[int, int]:
     """The shim's loss counters from LinkStats published after this call."""
     seq = listener.stats_seq()
-    spin(lambda: listener.stats_newer_than(seq), 20 * STATS_PERIOD_S + 5.0, 'the shim\'s LinkStats')
+    wait(lambda: listener.stats_newer_than(seq), 20 * STATS_PERIOD_S + 5.0, 'the shim\'s LinkStats')
     return listener.lost()
 
 
-def _spin(executor: SingleThreadedExecutor, graph: Graph, done: Callable[[], bool], timeout_s: float,
-          waiting_for: str) -> None:
-    """Spin until ``done()``; raise CalfError if a node exits first or time runs out."""
+def _wait(graph: Graph, done: Callable[[], bool], timeout_s: float, waiting_for: str) -> None:
+    """Poll ``done()`` until it holds; raise CalfError if a node exits first or time runs out."""
     deadline = time.monotonic() + timeout_s
     while not done():
         for spec in graph.specs:
@@ -256,4 +280,4 @@ def _spin(executor: SingleThreadedExecutor, graph: Graph, done: Callable[[], boo
                 raise CalfError(f'{spec.name} node exited with code {code}: {last}')
         if time.monotonic() > deadline:
             raise CalfError(f'timed out after {timeout_s:.0f} s waiting for {waiting_for}')
-        executor.spin_once(timeout_sec=0.1)
+        graph.wait_any(POLL_S)
