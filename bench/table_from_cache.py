@@ -11,14 +11,13 @@ import argparse
 import time
 from pathlib import Path
 
-from calf_bringup.experiment import EvalJob, TrainJob, cached_reports, collect, write_outputs
+from calf_bringup.experiment import cached_reports, collect, table_jobs, write_outputs
 from calf_bringup.experiment_specs import TABLES
 
 
 def main(name: str, out: Path, results: Path, seeds: int = 3, episodes: int = 50) -> None:
     spec = TABLES[name]
-    trains = [TrainJob(spec.env, row, seed, spec.steps) for row in spec.rows for seed in range(seeds)]
-    evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
+    trains, evals = table_jobs(spec, seeds, episodes)
     reports = cached_reports(evals, out / 'cache')
     command = f'python bench/table_from_cache.py {name} {out} {results} --seeds {seeds} --episodes {episodes}'
     result = {**collect(spec, trains, evals, reports), 'missing_as': 'not run'}

@@ -13,6 +13,7 @@ import torch
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.gaussian import acts_continuously
 from calf_agent.plan_agent import plan_actions, plan_row
+from calf_agent.policies import new_episode_state
 from calf_agent.policy_runner import check_action_space, check_observation_size
 from calf_agent.representation import (
     HistoryFeatures,
@@ -115,7 +116,7 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
     with progress_bars.bar(episodes, 'episode', 'eval', allowed=progress) as bar:
         while any(f is not None for f in feats):
             active = [i for i, f in enumerate(feats) if f is not None]
-            state = _reset_state(state, state_reset)
+            state = new_episode_state(agent, state, state_reset)
             plans, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
                                                for f in feats]), state, deterministic=True, seq=seqs,
                                      applied_seq=applied)
@@ -149,17 +150,6 @@ def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, i
     rep = history.rep
     features = history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info))
     return features, int(info['obs_seq']), int(info['applied_obs_seq'])
-
-
-def _reset_state(state: Any, rows: np.ndarray) -> Any:
-    """Zero the recurrent state of the envs that start a new episode."""
-    if state is None or not rows.any():
-        return state
-    index = np.flatnonzero(rows)
-    state = tuple(tensor.clone() for tensor in state)  # act() returns inference tensors, read-only outside it
-    for tensor in state:
-        tensor[:, index] = 0.0
-    return state
 
 
 def _start_plan(meta: dict[str, Any]) -> tuple[Any, ...] | None:

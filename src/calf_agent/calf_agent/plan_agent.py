@@ -7,11 +7,11 @@ is arrival-aware: the plan cannot arrive before the env has run ``lead`` more ti
 ticks the env runs the newest plan sent earlier (before any plan has arrived: its start plan, or the
 action it holds). The rollout uses those actions there and copies them into the new plan. A plan that
 arrives early therefore changes nothing, and one that arrives up to ``lead`` ticks late meets the
-states it predicted. An episode's first element is the exception: no round trip is known yet, so the lead
-is the longest, but on a fast link the first plan arrives at the next tick. Its element 0 is then the base
-policy's action at the observation itself, which runs only if it arrives that soon; the rollouts (this one,
-and the next plan's, which reads this one) assume the fallback there. Copying the fallback cost Reacher-v5 its
-first tick on a clean link, 6 % of its return (results/NOTES.md).
+states it predicted. A first plan (of its episode) with a lead is the exception: no plan was sent before it,
+but on a fast link it may arrive at the next tick. Its element 0 is then the base policy's action at the
+observation itself, which runs only if it arrives that soon; the rollouts (this one, and the next plan's,
+which reads this one) assume the fallback there. Copying the fallback cost Reacher-v5 its first tick on a
+clean link, 6 % of its return (results/NOTES.md).
 
 The lead is adaptive with ``lead_window`` W > 0: each observation says which plan the env applied at its
 tick (``applied_obs_seq``), so ``seq - applied_obs_seq`` is how many ticks that plan's round trip took at
@@ -58,8 +58,8 @@ from calf_core.timing import FeedbackPlan
 PlanState = tuple[Tensor]
 """``(memory,)``, memory ``[1, B, 2 + W + H * A (+ H * A * O + H * O)]``: a flag that a plan was sent, its obs
 seq, the last W round trips the observations reported (0: none yet; W = ``lead_window``), the plan (A = 1 for
-discrete actions) and, with feedback, its gains and predicted observations (O values each). All zeros (a fresh
-episode) means no plan was sent yet."""
+discrete actions) and, with feedback, its gains and predicted observations (O values each). A new episode
+zeroes all but the round trips (``policies.new_episode_state``): a zero flag means no plan was sent yet."""
 
 
 class FeedbackPlans(NamedTuple):
@@ -150,6 +150,7 @@ class PlanningAgent(nn.Module):
                 or not 0 <= lead_quantile <= 1:
             raise ValueError(f'lead_quantile must be a number in [0, 1], got {lead_quantile!r}')
         self.lead_window, self.lead_quantile = lead_window, float(lead_quantile)
+        self.kept_across_episodes = slice(2, 2 + lead_window)  # the round trips (PlanState; new_episode_state)
         self.obs_dim = self.base.obs_dim
         if not isinstance(feedback, bool) or (feedback and not self.continuous):
             raise ValueError(f'feedback must be true or false, and true only over a continuous base, got {feedback!r}')
@@ -222,7 +223,7 @@ class PlanningAgent(nn.Module):
         """Plans ``[B, H]`` (or ``[B, H, A]``; with feedback, ``FeedbackPlans``) for observations ``[B, obs_dim]``
         taken at ticks ``seq`` ``[B]``.
 
-        ``state`` is what the previous call returned (None, or zeroed rows, at episode starts).
+        ``state`` is what the previous call returned (None at first; at an episode's start, ``new_episode_state``'s).
         ``applied_seq`` ``[B]``: each observation's ``applied_obs_seq`` (-1: no plan's element), which an
         adaptive lead reads; without it (None) the lead stays where the reports so far left it.
         """

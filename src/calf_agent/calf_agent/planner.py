@@ -20,7 +20,7 @@ from calf_agent.dynamics import EnsembleDynamics, FitConfig, Transitions, fit, o
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import one_torch_thread
 from calf_agent.plan_agent import PLANNER_BASES, Action, BaseAgent, PlanningAgent, plan_row
-from calf_agent.policies import MlpAgent
+from calf_agent.policies import MlpAgent, new_episode_state
 from calf_agent.regimes import TAIL_QUANTILE, delay_ticks, first_element, plan_coverage, silence_lengths, tail_horizon
 from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
@@ -110,11 +110,11 @@ def collect_planned(agent: PlanningAgent, env_name: str, profile: Profile, steps
     env = make_networked_env(env_name, profile, seed=seed, plan_horizon=agent.plan_horizon, start_plan=start_plan)
     log = _TickLog()
     env.tick_listener = log
-    episode = 0
+    episode, state = 0, None
     while len(log.rows) < steps:
         obs, info = env.reset(seed=seed * 1_000_003 + episode)
         episode += 1
-        state, done = None, False
+        state, done = new_episode_state(agent, state), False
         while not done and len(log.rows) < steps:
             plans, state = agent.act(obs, state, deterministic=True, seq=[info['obs_seq']],
                                      applied_seq=[info['applied_obs_seq']])

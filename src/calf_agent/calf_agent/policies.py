@@ -68,6 +68,27 @@ def as_batch(obs: np.ndarray | Tensor) -> Tensor:
     return x.unsqueeze(0) if x.dim() == 1 else x
 
 
+def new_episode_state(agent: Any, state: tuple[Tensor, ...] | None,
+                      rows: np.ndarray | None = None) -> tuple[Tensor, ...] | None:
+    """``state`` (``act``'s, ``[1, B, ...]`` each) with the rows that start a new episode cleared (``rows``, a
+    ``[B]`` mask; None: every row). Cleared means zero, but for the columns the agent keeps across episodes
+    (``agent.kept_across_episodes``, a slice of the last axis): what it learned about the link, which does not
+    restart because an episode did."""
+    if state is None or (rows is not None and not rows.any()):
+        return state
+    index = slice(None) if rows is None else torch.as_tensor(np.flatnonzero(rows))
+    kept = getattr(agent, 'kept_across_episodes', None)
+    cleared_state = []
+    for tensor in state:
+        tensor = tensor.clone()  # act() returns inference tensors, read-only outside it
+        cleared = torch.ones(tensor.shape[-1], dtype=torch.bool)
+        if kept is not None:
+            cleared[kept] = False
+        tensor[:, index] = torch.where(cleared, 0.0, tensor[:, index])
+        cleared_state.append(tensor)
+    return tuple(cleared_state)
+
+
 class MlpAgent(nn.Module):
     """Separate tanh MLPs for actor and critic (CleanRL ppo.py)."""
 

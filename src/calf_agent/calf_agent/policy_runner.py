@@ -19,7 +19,7 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.errors import CheckpointError
 from calf_agent.gaussian import acts_continuously
 from calf_agent.plan_agent import FeedbackPlans, plan_actions
-from calf_agent.policies import Agent
+from calf_agent.policies import Agent, new_episode_state
 from calf_agent.representation import HistoryFeatures, ObsFacts, Representation
 from calf_core.timing import FeedbackPlan, ObservationGate, ReceivedObservation
 
@@ -87,7 +87,8 @@ class PolicyRunner:
             return None
         facts = ObsFacts(seq, received.applied_obs_seq, received.applied_index) if self.rep.delay_state else None
         if new_episode:
-            features, self._state = self._history.reset(obs, facts=facts), None
+            features = self._history.reset(obs, facts=facts)
+            self._state = new_episode_state(self.agent, self._state)
         else:
             features = self._history.update(obs, self._last_sent, facts=facts)
         plans, self._state = self.agent.act(features, self._state, deterministic=self.deterministic, seq=seq,

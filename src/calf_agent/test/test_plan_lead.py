@@ -15,6 +15,7 @@ from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim, one_torch_thread
 from calf_agent.plan_agent import PlanningAgent, PlanState
 from calf_agent.planner import PlannerConfig, train_planner
+from calf_agent.policies import new_episode_state
 from calf_agent.policy_runner import PolicyRunner
 from calf_core.envs import make_networked_env
 from calf_core.profiles import load_profile
@@ -119,6 +120,20 @@ def test_a_fixed_lead_ignores_the_reports_and_no_report_keeps_an_adaptive_one(ad
     _, state = adaptive.act(OBS, state, deterministic=True, seq=[3], applied_seq=[0])
     _, unreported = adaptive.act(OBS, state, deterministic=True, seq=[5])
     assert unreported[0][0, 0, 2:2 + WINDOW].tolist() == [0, 0, 3]
+
+
+def test_a_new_episode_keeps_the_round_trips_and_forgets_the_plan(adaptive: PlanningAgent) -> None:
+    """The link does not restart with an episode: a first plan after a round trip of 3 leads by 2, not by the
+    fixed 3, and is otherwise what a fresh planner sends."""
+    obs = np.stack([OBS, OBS])
+    _, state = adaptive.act(obs, None, deterministic=True, seq=[0, 0], applied_seq=[-1, -1])
+    _, state = adaptive.act(obs, state, deterministic=True, seq=[3, 3], applied_seq=[0, 0])
+    fresh = new_episode_state(adaptive, state, np.array([False, True]))
+    assert torch.equal(fresh[0][:, 0], state[0][:, 0])  # the row that goes on is untouched
+    assert fresh[0][0, 1, 2:2 + WINDOW].tolist() == [0, 0, 3] and not fresh[0][0, 1, :2].any()
+    assert not fresh[0][0, 1, 2 + WINDOW:].any()
+    plan, _ = adaptive.act(OBS, (fresh[0][:, 1:],), deterministic=True, seq=[0], applied_seq=[-1])
+    assert plan.tolist() == fixed_twin(adaptive, 2).act(OBS, None, deterministic=True, seq=[0])[0].tolist()
 
 
 def test_the_window_round_trips_through_a_checkpoint_and_the_schema_bounds_it(tmp_path: Path,

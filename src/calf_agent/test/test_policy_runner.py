@@ -17,7 +17,8 @@ from calf_core.timing import ReceivedObservation
 
 @dataclass
 class RecordingAgent:
-    """Returns ``action`` for every head and counts steps in its state; records every call."""
+    """Returns ``action`` for every head and counts steps in its state (``(tensor [1, 1, 1],)``); records every
+    call with its count (None: no state)."""
 
     obs_dim: int
     n_actions: int = 2
@@ -26,10 +27,11 @@ class RecordingAgent:
     calls: list[tuple[np.ndarray, Any]] = field(default_factory=list)
 
     def act(self, obs: np.ndarray, state: Any = None, deterministic: bool = False, seq: Any = None,
-            applied_seq: Any = None) -> tuple[np.ndarray, int]:
-        self.calls.append((np.array(obs), state))
+            applied_seq: Any = None) -> tuple[np.ndarray, tuple[torch.Tensor]]:
+        count = None if state is None else int(state[0].sum())
+        self.calls.append((np.array(obs), count))
         shape = (1,) if self.plan_horizon == 1 else (1, self.plan_horizon)
-        return np.full(shape, self.action), (state or 0) + 1
+        return np.full(shape, self.action), (torch.full((1, 1, 1), (count or 0) + 1.0),)
 
 
 def obs(value: float, size: int = 2) -> np.ndarray:
@@ -86,7 +88,7 @@ def test_history_and_state_follow_episodes() -> None:
     runner.on_observation(ReceivedObservation(1, 0, obs(7)))
     features = [call[0].tolist() for call in agent.calls]
     assert features == [[1, 1, 1, 1, 0, 0], [1, 1, 2, 2, 0, 1], [7, 7, 7, 7, 0, 0]]
-    assert [call[1] for call in agent.calls] == [None, 1, None]
+    assert [call[1] for call in agent.calls] == [None, 1, 0]  # cleared at the new episode
 
 
 def test_lstm_agent_runs_across_episodes() -> None:

@@ -193,8 +193,7 @@ def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: in
     they are there, and are marked not run where not.
     """
     check_profile_files(spec)
-    trains = [TrainJob(spec.env, row, seed, steps or spec.steps) for row in spec.rows for seed in range(seeds)]
-    evals = [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
+    trains, evals = table_jobs(spec, seeds, episodes, steps)
     order = {name: i for i, name in enumerate(rows or [row.name for row in spec.rows])}
     chosen = sorted((t for t in trains if t.row.name in order), key=lambda t: order[t.row.name])
     others = [e for e in evals if e.train.row.name not in order]
@@ -209,6 +208,14 @@ def run_table(spec: TableSpec, seeds: int, episodes: int, out: Path, workers: in
     part = {} if rows is None else {'missing_as': 'not run'}
     return {**collect(spec, trains, evals, reports), **part,
             'cells_run': {k: o.summary() for k, o in outcomes.items()}}
+
+
+def table_jobs(spec: TableSpec, seeds: int, episodes: int,
+               steps: int | None = None) -> tuple[list[TrainJob], list[EvalJob]]:
+    """Every training run of ``spec`` (each row, ``seeds`` seeds, ``steps`` or the table's budget) and every
+    evaluation of ``episodes`` episodes (each run in each column)."""
+    trains = [TrainJob(spec.env, row, seed, steps or spec.steps) for row in spec.rows for seed in range(seeds)]
+    return trains, [EvalJob(t, col.network, episodes) for t in trains for col in spec.columns]
 
 
 def check_profile_files(spec: TableSpec) -> None:
