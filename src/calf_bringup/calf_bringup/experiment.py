@@ -39,8 +39,8 @@ class TrainJob:
         features = {None: '', True: '-ds', False: '-nods'}[self.row.delay_state]
         algo = f'-{self.row.algo}' if self.row.algo else ''
         planner += f'-{self.row.model}' if self.row.model else ''
-        return (f'{env_slug(self.env)}-{self.row.network}-h{self.row.plan_horizon}{planner}{features}{algo}-{self.steps}steps'
-                f'-seed{self.seed}')
+        return (f'{env_slug(self.env)}-{network_slug(self.row.network)}-h{self.row.plan_horizon}{planner}{features}{algo}'
+                f'-{self.steps}steps-seed{self.seed}')
 
     @property
     def base(self) -> TrainJob:
@@ -56,8 +56,12 @@ class EvalJob:
 
     @property
     def key(self) -> str:
-        network = self.network.replace('/', '_')  # a trace bag's path
-        return f'{self.train.key}--{network}-{self.episodes}ep'
+        return f'{self.train.key}--{network_slug(self.network)}-{self.episodes}ep'
+
+
+def network_slug(network: str) -> str:
+    """``network`` as part of a cache file's name: a profile file's or trace bag's path flattened (``/`` -> ``_``)."""
+    return network.replace('/', '_')
 
 
 def run_train(job: TrainJob, cache: Path) -> Path:
