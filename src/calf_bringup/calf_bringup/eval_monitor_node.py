@@ -12,7 +12,6 @@ bounded wait, then killed (``calf_bringup.runner``).
 """
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ from rclpy.node import Node
 from calf_bringup.graph import CANDIDATES, SHIM_STATS
 from calf_core.errors import ConfigError
 from calf_msgs.msg import Action, LinkStats
+from calf_ros.json_lines import JsonLinesWriter
 from calf_ros.node_main import run_node
 from calf_ros.node_params import declare_parameters
 from calf_ros.qos import RESULTS, STREAM
@@ -37,27 +37,20 @@ class EvalMonitorNode(Node):
         p = declare_parameters(self, PARAMETERS)
         if not p['out_file']:
             raise ConfigError('no out_file given: pass --ros-args -p out_file:=PATH')
-        try:
-            self._out = open(p['out_file'], 'a')  # noqa: SIM115 - open for the node's life, closed by destroy_node
-        except OSError as err:
-            raise ConfigError(f'out_file {p["out_file"]!r} cannot be written: {err.strerror}') from None
+        self._out = JsonLinesWriter(p['out_file'], 'out_file')
         self._unheard = {name for name in p['sources'].split(',') if name}
         self.create_subscription(LinkStats, SHIM_STATS, self._on_stats, RESULTS)
         if self._unheard:
             self.create_subscription(Action, CANDIDATES, self._on_candidate, STREAM.profile())
 
-    def _write(self, line: dict[str, Any]) -> None:
-        self._out.write(json.dumps(line) + '\n')
-        self._out.flush()
-
     def _on_stats(self, msg: LinkStats) -> None:
-        self._write({'stats': int(msg.direction), 'seq': int(msg.seq),
+        self._out.write({'stats': int(msg.direction), 'seq': int(msg.seq),
                      'lost': int(msg.dropped_injected + msg.dropped_queue)})
 
     def _on_candidate(self, msg: Action) -> None:
         if msg.source in self._unheard:
             self._unheard.discard(msg.source)
-            self._write({'heard': msg.source, 'episode': int(msg.episode)})
+            self._out.write({'heard': msg.source, 'episode': int(msg.episode)})
 
     def destroy_node(self) -> None:
         self._out.close()

@@ -25,14 +25,13 @@ Subclasses change the observation and action messages by overriding ``_open_topi
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import sys
 import threading
 from collections import Counter, deque
 from collections.abc import Sequence
-from typing import Any, NamedTuple, TextIO
+from typing import Any, NamedTuple
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
@@ -42,12 +41,13 @@ from rclpy.node import Node
 from rclpy.subscription import MessageInfo
 
 from calf_core.envs import make_stepper
-from calf_core.errors import ConfigError, MessageError
+from calf_core.errors import MessageError
 from calf_core.timing import EpisodeSummary, Feedback, ObsRecord, Verdict
 from calf_env.env_config import EnvNodeConfig, StartGate, next_tick
 from calf_msgs.msg import Action, EpisodeResult, LinkStats, Observation
 from calf_ros.arrival import age_s
 from calf_ros.conversions import link_stats_msg, msg_to_plan, obs_to_msg, summary_to_msg
+from calf_ros.json_lines import JsonLinesWriter
 from calf_ros.losses import MiddlewareLosses
 from calf_ros.node_main import run_node
 from calf_ros.qos import RESULTS
@@ -95,7 +95,8 @@ class EnvNode(Node):
         self._stats_seq = itertools.count()
         self._clock = Clock(clock_type=ClockType.STEADY_TIME)
         self._t0_ns = self._clock.now().nanoseconds
-        self._results_file = self._open_results_file(cfg.results_file)
+        # each counted episode's result, as a JSON line (None: no file)
+        self._results_file = JsonLinesWriter(cfg.results_file, 'results_file') if cfg.results_file else None
         self._open_topics()
         self._result_pub = self.create_publisher(EpisodeResult, 'episode_result', RESULTS)
         self._stats_pub = self.create_publisher(LinkStats, 'link_stats', RESULTS)
@@ -106,18 +107,9 @@ class EnvNode(Node):
         self._thread = threading.Thread(target=self._run, name='env-ticks', daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def _open_results_file(path: str) -> TextIO | None:
-        """The file each counted episode's result is appended to as a JSON line (None: no file)."""
-        try:
-            return open(path, 'a', encoding='utf-8') if path else None  # noqa: SIM115 (closed in destroy_node)
-        except OSError as err:
-            raise ConfigError(f'results_file {path!r} cannot be written: {err.strerror}') from None
-
     def _write_result(self, line: dict[str, Any]) -> None:
         if self._results_file is not None:
-            self._results_file.write(json.dumps(line) + '\n')
-            self._results_file.flush()
+            self._results_file.write(line)
 
     def _open_topics(self) -> None:
         """The observation publisher ``_obs_pub`` and the action subscription ``_action_sub``."""
