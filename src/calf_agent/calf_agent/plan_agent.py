@@ -301,8 +301,9 @@ class PlanningAgent(nn.Module):
             kept += [gains_t.reshape(len(plans), -1), predicted_t.reshape(len(plans), -1)]
         memory = torch.cat(kept, 1)
         first = ~sent & (lead > 0)  # an episode's first plan: on a clean link it arrives before its lead
-        sent_plans = plans.clone() if first.any() else plans  # the memory keeps the plan as its rollout assumed it
+        sent_plans = plans
         if first.any():
+            sent_plans = plans.clone()  # the memory keeps the plan as its rollout assumed it
             sent_plans[first, 0] = self._base_action(x[first], deterministic).to(plans.dtype)
         sent_plans = sent_plans.numpy()
         if feedback:
