@@ -461,6 +461,9 @@ def test_a_bad_ensemble_spec_is_one_line(tmp_path: Path, pendulum_planner: Path,
     (['--ensemble', '3'], "calf train: error: --ensemble sizes the model planner's dynamics ensemble: add --planner "
                           'model'),
     (['--planner', 'model', '--plan-horizon', '4', '--ensemble', '65'], 'calf train: error: argument --ensemble'),
+    (['--model-epochs', '60'], "calf train: error: --model-epochs sets how long the model planner's dynamics "
+                               'model is fitted: add --planner model'),
+    (['--planner', 'model', '--plan-horizon', '4', '--model-epochs', '0'], 'calf train: error: argument --model-epochs'),
     (['--feedback-plans'], "calf train: error: --feedback-plans gives the model planner's plans feedback: add "
                            '--planner model'),
     (['--planner', 'model', '--plan-horizon', '4', '--feedback-plans'],
@@ -499,14 +502,17 @@ def test_the_refitted_ensemble_predicts_better_than_a_one_step_single_model(tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # SAC, then the default planner (50,000 ticks of model data): minutes on a loaded machine
 def test_calf_train_plans_a_continuous_task_end_to_end(tmp_path: Path) -> None:
-    """``calf train --algo sac --planner model --feedback-plans`` on a MuJoCo env: SAC on the bare env, then the
-    continuous planner over it with feedback plans (the robots tables' best row)."""
+    """``calf train --algo sac --planner model --feedback-plans --model-epochs 4`` on a MuJoCo env: SAC on the
+    bare env, then the continuous planner over it with feedback plans (the robots tables' best row), its model
+    fitted as long as asked."""
     out = tmp_path / 'plans'
     assert cli.main(['train', '--env', 'InvertedPendulum-v5', '--algo', 'sac', '--planner', 'model',
-                     '--feedback-plans', '--plan-horizon', '6', '--steps', '2048', '--out', str(out), '--quiet']) == 0
+                     '--feedback-plans', '--plan-horizon', '6', '--model-epochs', '4', '--steps', '2048',
+                     '--out', str(out), '--quiet']) == 0
     agent, meta = load_checkpoint(out)
     assert isinstance(agent, PlanningAgent) and agent.continuous and meta['plan_horizon'] == 6
     assert isinstance(agent.base, SacActor) and agent.feedback
     assert meta['planner']['base'] == str(out / 'base') and len(meta['planner']['dynamics']['rollout_rmse_6_ticks']) == 4
+    assert meta['planner']['dynamics']['epochs'] == 4
     report = evaluate_sim(out, load_profile('wifi_degraded'), episodes=2, seed=0)
     assert report['episodes'] == 2 and report['e2e_latency_ms']['samples'] > 0

@@ -16,7 +16,7 @@ from calf_agent.dist.learner import SUMMARY
 from calf_agent.dist.sync import DEFAULT_APS_DELTA, DEFAULT_LAG_CAP, parse_sync
 from calf_agent.dynamics import MAX_MEMBERS
 from calf_agent.imitation import train_student
-from calf_agent.planner import AUTO, PlannerConfig, tail_network, train_planner
+from calf_agent.planner import AUTO, LONG_FIT_EPOCHS, MAX_MODEL_EPOCHS, PlannerConfig, tail_network, train_planner
 from calf_agent.regimes import REGIMES, default_representation, regime_profile, train_defaults, train_policy
 from calf_agent.representation import Representation
 from calf_agent.train_state import EVERY_SECONDS, EVERY_STEPS
@@ -75,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument('--ensemble', type=count(1, MAX_MEMBERS), metavar='K',
                         help='model planner: dynamics models in the ensemble; plans follow their mean and are cut '
                              'where they disagree (default 5)')
+    parser.add_argument('--model-epochs', type=count(1, MAX_MODEL_EPOCHS), metavar='E',
+                        help='model planner: epochs of the dynamics model\'s first fit, each refit running half as '
+                             f'many (default {PlannerConfig.epochs}; HalfCheetah-v5 needs {LONG_FIT_EPOCHS}: more '
+                             'epochs cost time and make a model that predicts further)')
     parser.add_argument('--silence-lengths', action='store_true',
                         help='model planner with --plan-horizon auto: cut each plan to the length the silence before '
                              'it calls for on that link (shorter while the link is good; off by default: it cost '
@@ -148,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
         return _train_student(args, network)
     if args.ensemble is not None and args.planner != 'model':
         raise ConfigError('--ensemble sizes the model planner\'s dynamics ensemble: add --planner model')
+    if args.model_epochs is not None and args.planner != 'model':
+        raise ConfigError('--model-epochs sets how long the model planner\'s dynamics model is fitted: add --planner '
+                          'model')
     if args.feedback_plans and args.planner != 'model':
         raise ConfigError('--feedback-plans gives the model planner\'s plans feedback: add --planner model')
     if args.planner == 'model':
@@ -195,7 +202,7 @@ def _train_model_planner(args: argparse.Namespace, network: str) -> int:
     base = train_policy(args.env, regime_profile('baseline'), args.seed, args.out / 'base', steps=args.steps,
                         regime='baseline', progress=not args.quiet, algo=algo)
     cfg = PlannerConfig(members=args.ensemble or PlannerConfig.members, silence_lengths=args.silence_lengths,
-                        feedback=args.feedback_plans)
+                        feedback=args.feedback_plans, epochs=args.model_epochs or PlannerConfig.epochs)
     meta = train_planner(base.out_dir, args.out, network, args.plan_horizon, args.seed, lead=args.plan_lead,
                          cfg=cfg, progress=not args.quiet)
     print(json.dumps({'out': str(args.out), 'base_mean_return': base.mean_return, 'lead': meta['planner']['lead'],

@@ -3,10 +3,12 @@ Baseline, evaluated behind a constant delay, with the cells also as percentages 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from calf_agent.planner import LONG_FIT_EPOCHS, RECIPES
 from calf_bringup.experiment import TrainJob, run_table, write_outputs
 from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, Column, Row, TableSpec
 
@@ -24,6 +26,13 @@ def test_the_robots_tables_name_existing_profiles_and_plan_over_their_sac_baseli
         assert based and all(TrainJob(spec.env, row, 0, spec.steps).base.key == baseline.key for row in based)
         for row in spec.rows:  # a row trained behind a profile file still has one flat cache entry
             assert '/' not in TrainJob(spec.env, row, 0, spec.steps).key, row.name
+            assert row.model is None or row.model in RECIPES, row.model
+
+
+def test_the_long_fit_is_the_feedback_recipe_fitted_longer() -> None:
+    long, default = RECIPES['ensemble-feedback-long'], RECIPES['ensemble-feedback']
+    assert long.feedback and long.epochs == LONG_FIT_EPOCHS > default.epochs
+    assert replace(long, epochs=default.epochs) == default
 
 
 @pytest.mark.slow
