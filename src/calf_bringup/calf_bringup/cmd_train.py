@@ -77,8 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'where they disagree (default 5)')
     parser.add_argument('--model-epochs', type=count(1, MAX_MODEL_EPOCHS), metavar='E',
                         help='model planner: epochs of the dynamics model\'s first fit, each refit running half as '
-                             f'many (default {PlannerConfig.epochs}; HalfCheetah-v5 needs {LONG_FIT_EPOCHS}: more '
-                             'epochs cost time and make a model that predicts further)')
+                             f'many (default {PlannerConfig.epochs}, enough for the pendulums; {LONG_FIT_EPOCHS} '
+                             'raised HalfCheetah-v5 behind wifi_degraded from 73 %% to 91 %% of its clean return, '
+                             'for about 10 minutes more of fitting)')
     parser.add_argument('--silence-lengths', action='store_true',
                         help='model planner with --plan-horizon auto: cut each plan to the length the silence before '
                              'it calls for on that link (shorter while the link is good; off by default: it cost '
