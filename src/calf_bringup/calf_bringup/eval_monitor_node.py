@@ -45,7 +45,7 @@ class EvalMonitorNode(Node):
 
     def _on_stats(self, msg: LinkStats) -> None:
         self._out.write({'stats': int(msg.direction), 'seq': int(msg.seq),
-                     'lost': int(msg.dropped_injected + msg.dropped_queue)})
+                         'lost': int(msg.dropped_injected + msg.dropped_queue)})
 
     def _on_candidate(self, msg: Action) -> None:
         if msg.source in self._unheard:
