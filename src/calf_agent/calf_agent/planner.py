@@ -158,7 +158,8 @@ model underfitted (its feedback plans behind Wi-Fi-D: 73 % of the clean return w
 this one; results/robots_half_cheetah.md)."""
 RECIPES = {'ensemble': PlannerConfig(), 'ensemble-feedback': PlannerConfig(feedback=True),
            'ensemble-feedback-long': PlannerConfig(feedback=True, epochs=LONG_FIT_EPOCHS), 'single': SINGLE_MODEL,
-           'single-silence': replace(SINGLE_MODEL, silence_lengths=True)}
+           'single-silence': replace(SINGLE_MODEL, silence_lengths=True),
+           'single-feedback': replace(SINGLE_MODEL, feedback=True)}
 """The model planner's recipes by name (an experiment row's ``model``)."""
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from calf_agent.checkpoint import save_checkpoint
+from calf_agent.gaussian import GaussianAgent
 from calf_agent.policies import MlpAgent
 from calf_bringup import cli
 
@@ -42,6 +43,24 @@ def balancing_base(out: Path, samples: int = 20_000) -> Path:
     x, y = torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(balancing_law(states))
     supervise(agent.actor, lambda: torch.nn.functional.cross_entropy(agent.logits(x), y))
     return save_base(agent, 'cartpole', out)
+
+
+PENDULUM_GAINS = np.float32([1.0, 10.0, 1.0, 1.0])
+
+
+def pendulum_law(obs: np.ndarray) -> np.ndarray:
+    """A linear InvertedPendulum controller (torque 3 tanh(x + 10 theta + x' + theta')) that balances for 1000 ticks."""
+    return 3.0 * np.tanh(obs @ PENDULUM_GAINS)
+
+
+def pendulum_gaussian_base(out: Path) -> Path:
+    """A Gaussian policy on InvertedPendulum-v5 whose mean is fitted to ``pendulum_law``, saved in ``out``."""
+    torch.manual_seed(0)
+    agent = GaussianAgent(4, 1, [-3.0], [3.0], hidden=(32, 32))
+    states = np.random.default_rng(0).uniform([-1, -0.2, -2, -2], [1, 0.2, 2, 2], (20_000, 4)).astype(np.float32)
+    x, y = torch.as_tensor(states), torch.as_tensor(pendulum_law(states))[:, None]
+    supervise(agent.actor_mean, lambda: ((agent.actor_mean(agent.obs_norm(x)) - y) ** 2).mean())
+    return save_base(agent, 'InvertedPendulum-v5', out)
 
 
 def train_exit_code(argv: list[str], out: Path) -> int:

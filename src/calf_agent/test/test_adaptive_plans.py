@@ -5,18 +5,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from planner_bases import balancing_base, balancing_law, train_exit_code
+from planner_bases import balancing_base, balancing_law, pendulum_gaussian_base, train_exit_code
 
 from calf_agent.agents import make_agent
 from calf_agent.checkpoint import load_checkpoint
-from calf_agent.evaluate import one_torch_thread
+from calf_agent.evaluate import evaluate_sim, one_torch_thread
 from calf_agent.plan_agent import PlanningAgent
-from calf_agent.planner import SINGLE_MODEL, auto_horizon, predictable_ticks, tail_network, train_planner
+from calf_agent.planner import (
+    RECIPES,
+    SINGLE_MODEL,
+    auto_horizon,
+    predictable_ticks,
+    tail_network,
+    train_planner,
+    with_feedback,
+)
 from calf_agent.regimes import plan_coverage, silence_lengths, tail_horizon
 from calf_core.envs import make_networked_env
 from calf_core.errors import ConfigError
@@ -143,3 +152,21 @@ def test_an_adaptive_planner_trains_and_runs_through_calf_eval(tmp_path: Path, b
                           '--network', 'outage_burst', '--episodes', '10', '--json'],
                          check=True, cwd=ROOT, capture_output=True, text=True)
     assert json.loads(run.stdout)['mean_return'] >= 400
+
+
+def test_the_feedback_recipe_is_the_single_model_with_feedback() -> None:
+    assert RECIPES['single-feedback'] == replace(SINGLE_MODEL, feedback=True)
+
+
+@pytest.mark.slow
+def test_feedback_plans_hold_a_pendulum_through_outages_where_open_plans_fall(tmp_path: Path) -> None:
+    """InvertedPendulum-v5 behind outage_burst: the same adaptive planner, its plans corrected at the edge by the
+    state each element meets, keeps the pole up far longer than with its plans run open loop."""
+    with one_torch_thread():
+        base = pendulum_gaussian_base(tmp_path / 'base')
+        cfg = replace(SINGLE_MODEL, transitions=10_000, epochs=10)
+        train_planner(base, tmp_path / 'open', 'full_net_aware', 'auto:outage_burst', 0, cfg=cfg, progress=False)
+        with_feedback(tmp_path / 'open', tmp_path / 'feedback')
+        outages = resolve_network('outage_burst')
+        open_loop, feedback = (evaluate_sim(tmp_path / name, outages, 8, 0)['mean_return'] for name in ('open', 'feedback'))
+    assert feedback > max(750.0, open_loop + 150.0), (open_loop, feedback)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from planner_bases import balancing_base, save_base, supervise, train_exit_code
+from planner_bases import balancing_base, pendulum_gaussian_base, save_base, train_exit_code
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.dynamics import (
@@ -26,7 +26,6 @@ from calf_agent.dynamics import (
 )
 from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim, one_torch_thread
-from calf_agent.gaussian import GaussianAgent
 from calf_agent.plan_agent import FeedbackPlans, PlanningAgent
 from calf_agent.planner import PlannerConfig, collect_transitions, env_fallbacks, train_planner, with_feedback
 from calf_agent.policy_runner import PolicyRunner
@@ -151,23 +150,10 @@ def test_planner_meta_records_the_dynamics_error(planner_dir: Path) -> None:
 
 # Continuous actions: InvertedPendulum-v5 (MuJoCo, 40 ms ticks, hold zero), the base a Gaussian policy.
 
-PENDULUM_GAINS = np.float32([1.0, 10.0, 1.0, 1.0])
-
-
-def pendulum_law(obs: np.ndarray) -> np.ndarray:
-    """A linear InvertedPendulum controller (torque 3 tanh(x + 10 theta + x' + theta')) that balances for 1000 ticks."""
-    return 3.0 * np.tanh(obs @ PENDULUM_GAINS)
-
-
 @pytest.fixture(scope='module')
 def pendulum_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Gaussian policy whose mean is fitted to ``pendulum_law`` by supervised learning."""
-    torch.manual_seed(0)
-    agent = GaussianAgent(4, 1, [-3.0], [3.0], hidden=(32, 32))
-    states = np.random.default_rng(0).uniform([-1, -0.2, -2, -2], [1, 0.2, 2, 2], (20_000, 4)).astype(np.float32)
-    x, y = torch.as_tensor(states), torch.as_tensor(pendulum_law(states))[:, None]
-    supervise(agent.actor_mean, lambda: ((agent.actor_mean(agent.obs_norm(x)) - y) ** 2).mean())
-    return save_base(agent, 'InvertedPendulum-v5', tmp_path_factory.mktemp('pendulum') / 'base')
+    return pendulum_gaussian_base(tmp_path_factory.mktemp('pendulum') / 'base')
 
 
 @pytest.fixture(scope='module')

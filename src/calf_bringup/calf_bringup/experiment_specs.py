@@ -182,25 +182,30 @@ TABLES['robots_half_cheetah'] = robots_table(
 # Plans with the Table-4 horizon against plans whose horizon covers the silences of outage_burst, the harshest,
 # up to their 99.9th percentile (calf train --plan-horizon auto:outage_burst), whole or cut to the length the
 # silence before them calls for (--silence-lengths); all trained behind full_net_aware over the Baseline of the same seed, with the single-model
-# recipe (planner.RECIPES).
+# recipe (planner.RECIPES). A continuous task adds the adaptive plans with feedback (--feedback-plans): each element
+# corrected at the edge by the state it meets, through the Baseline's gains.
 OUTAGE_COLUMNS = (Column('Sim-Clean', 'sim_clean'), Column('Wi-Fi-D', 'wifi_degraded'),
                   Column('Outage-Burst', 'outage_burst'), Column('Scan-Stall', 'scan_stall'),
                   Column('Congested-Uplink', 'congested_uplink'), Column('Shared-Outage', 'shared_outage'))
 
 
-def outages_table(name: str, env: str, steps: int, fixed_horizon: int) -> TableSpec:
-    """An outages table for ``env``: Baseline, Full, plans with ``fixed_horizon`` and adaptive plans."""
+def outages_table(name: str, env: str, steps: int, fixed_horizon: int, continuous: bool = False) -> TableSpec:
+    """An outages table for ``env``: Baseline, Full, plans with ``fixed_horizon`` and adaptive plans; for a
+    ``continuous`` task also adaptive feedback plans."""
+    feedback = (Row('Adaptive feedback plans (auto:outage_burst)', 'full_net_aware', 'auto:outage_burst', 'model',
+                    model='single-feedback'),) if continuous else ()
     rows = (Row('Baseline', 'sim_clean'), Row('Full Net-Aware', 'full_net_aware'),
             Row(f'Full + plans, H = {fixed_horizon}', 'full_net_aware', fixed_horizon, 'model', model='single'),
             Row('Adaptive plans (auto:outage_burst)', 'full_net_aware', 'auto:outage_burst', 'model', model='single'),
             Row('Adaptive plans, cut by silence', 'full_net_aware', 'auto:outage_burst', 'model',
-                model='single-silence'))
+                model='single-silence'), *feedback)
     return TableSpec(name, f'{env} behind outages: mean episode return (± std across seeds)', env, 'mean_return',
                      1.0, steps, rows, OUTAGE_COLUMNS, {}, (rows[0].name, OUTAGE_COLUMNS[0].name))
 
 
 TABLES['outages_cartpole'] = outages_table('outages_cartpole', 'cartpole', 200_000, PLAN_HORIZON)
-TABLES['outages_inverted_pendulum'] = outages_table('outages_inverted_pendulum', 'InvertedPendulum-v5', 100_000, 12)
+TABLES['outages_inverted_pendulum'] = outages_table('outages_inverted_pendulum', 'InvertedPendulum-v5', 100_000, 12,
+                                                   continuous=True)
 TABLE_GROUPS = {'robots': ('robots_double_pendulum', 'robots_reacher', 'robots_half_cheetah'),
                 'outages': ('outages_cartpole', 'outages_inverted_pendulum')}
 """Names that run several tables: ``calf experiment robots``."""
