@@ -1,5 +1,6 @@
 """A robots-style table end to end on a tiny budget: SAC Baseline, augmented SAC and a DAgger student of the
-Baseline, evaluated behind a constant delay, with the cells also as percentages of the Baseline's."""
+Baseline, evaluated behind a constant delay, with the cells also as percentages of the Baseline's; and the
+planner recipes that the robots and outages tables name."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from calf_agent.planner import LONG_FIT_EPOCHS, RECIPES
+from calf_agent.regimes import is_continuous
 from calf_bringup.experiment import TrainJob, run_table, write_outputs
 from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, Column, Row, TableSpec
 
@@ -27,6 +29,14 @@ def test_the_robots_tables_name_existing_profiles_and_plan_over_their_sac_baseli
         for row in spec.rows:  # a row trained behind a profile file still has one flat cache entry
             assert '/' not in TrainJob(spec.env, row, 0, spec.steps).key, row.name
             assert row.model is None or row.model in RECIPES, row.model
+
+
+def test_the_outages_tables_name_existing_recipes_and_plan_with_feedback_only_for_continuous_actions() -> None:
+    for name in TABLE_GROUPS['outages']:
+        spec = TABLES[name]
+        assert all(row.model is None or row.model in RECIPES for row in spec.rows), name
+        feedback = [row.name for row in spec.rows if row.model and RECIPES[row.model].feedback]
+        assert len(feedback) == int(is_continuous(spec.env)), (name, feedback)
 
 
 def test_the_long_fit_is_the_feedback_recipe_fitted_longer() -> None:
