@@ -18,7 +18,6 @@ from calf_agent.checkpoint import load_checkpoint
 from calf_agent.evaluate import evaluate_sim, one_torch_thread
 from calf_agent.plan_agent import PlanningAgent
 from calf_agent.planner import (
-    RECIPES,
     SINGLE_MODEL,
     auto_horizon,
     predictable_ticks,
@@ -152,10 +151,6 @@ def test_an_adaptive_planner_trains_and_runs_through_calf_eval(tmp_path: Path, b
                           '--network', 'outage_burst', '--episodes', '10', '--json'],
                          check=True, cwd=ROOT, capture_output=True, text=True)
     assert json.loads(run.stdout)['mean_return'] >= 400
-
-
-def test_the_feedback_recipe_is_the_single_model_with_feedback() -> None:
-    assert RECIPES['single-feedback'] == replace(SINGLE_MODEL, feedback=True)
 
 
 @pytest.mark.slow

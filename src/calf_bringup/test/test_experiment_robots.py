@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calf_agent.planner import LONG_FIT_EPOCHS, RECIPES
+from calf_agent.planner import LONG_FIT_EPOCHS, RECIPES, SINGLE_MODEL
 from calf_agent.regimes import is_continuous
 from calf_bringup.experiment import TrainJob, run_table, write_outputs
 from calf_bringup.experiment_specs import TABLE_GROUPS, TABLES, Column, Row, TableSpec
@@ -43,6 +43,10 @@ def test_the_long_fit_is_the_feedback_recipe_fitted_longer() -> None:
     long, default = RECIPES['ensemble-feedback-long'], RECIPES['ensemble-feedback']
     assert long.feedback and long.epochs == LONG_FIT_EPOCHS > default.epochs
     assert replace(long, epochs=default.epochs) == default
+
+
+def test_the_single_feedback_recipe_is_the_single_model_with_feedback() -> None:
+    assert RECIPES['single-feedback'] == replace(SINGLE_MODEL, feedback=True)
 
 
 @pytest.mark.slow
