@@ -245,7 +245,8 @@ def test_nodes_die_with_a_killed_calf_run(tmp_path: Path) -> None:
 def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request: pytest.FixtureRequest,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """One policy, 20 episodes per backend: returns agree, and the live graph pays the modelled delays; the
-    ros episodes are the env's first 20, each played with the policy (no start-up episode before it answered).
+    ros episodes are the env's first 20, the first of them with the policy's actions applied (no start-up episode
+    before it answered).
 
     Single actions run under wifi_normal, for CartPole and for a continuous task (InvertedPendulum-v5, its
     torques in Action.continuous, from a PPO Gaussian policy and from a SAC actor), and for a CartPole policy
@@ -292,10 +293,12 @@ def test_parity_of_sim_and_ros_evaluation(checkpoint: str, network: str, request
     env_results = sorted(results.received, key=lambda r: r.seq)[:20]
     assert [r.seq for r in env_results] == list(range(20))
     assert [r.episode_return for r in env_results] == ros['returns']
-    # the env node replays an episode 0 no action reached; a later episode under shared_outage may meet an outage
-    # that keeps every action of its few ticks away
-    played = env_results[:1] if network == 'shared_outage' else env_results[:3]
-    assert all(r.actions_applied > 0 and r.e2e_samples_ms for r in played), played
+    # the count's episode 0 had the policy's actions applied (the env node plays it again until one arrives); a
+    # later episode may have none by the network alone: this policy, in virtual time under wifi_normal, played 1
+    # episode in 3,000 without an action applied (9 ticks, every answer lost or late), so only episode 0 is judged
+    first = env_results[0]
+    assert first.actions_applied > 0 and first.e2e_samples_ms, [
+        (r.seq, r.episode, r.length, r.actions_applied, len(r.e2e_samples_ms), r.ticks_held) for r in env_results]
     assert set(sim) == set(ros)
     assert (sim['backend'], ros['backend'], ros['time_scale'], ros['episodes']) == ('sim', 'ros', 1.0, 20)
     missed = MISSED_DEADLINES.findall(log)[-1]  # the env node's line after the last episode
