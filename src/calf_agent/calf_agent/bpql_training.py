@@ -46,7 +46,7 @@ def train_bpql(cfg: TrainConfig, make_env: Callable[[int], NetworkedEnv], rep: R
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             raise ConfigError(f'BPQL trains continuous actions (a Box of shape (A,)), and this env\'s actions are '
                               f'{space}: train it with --algo ppo')
-        actor = build_actor(envs[0].observation_space, space, cfg.hidden)
+        actor = build_actor(envs[0].observation_space, space, cfg.hidden, rep)
         loop = _Loop(cfg, actor, envs, raw, rng)
         loop.run(out_dir, progress, Snapshots(out_dir, snapshot_every), resume)
     finally:

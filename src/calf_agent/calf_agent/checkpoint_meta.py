@@ -119,6 +119,15 @@ def _hidden(value: Any, name: str) -> None:
         _int(width, f'{name}[{i}]', 1, MAX_WIDTH)
 
 
+def _columns(value: Any, name: str, obs_dim: Any) -> None:
+    """Columns ``[start, stop]`` of the agent's input, within ``obs_dim``."""
+    top = obs_dim if isinstance(obs_dim, int) and not isinstance(obs_dim, bool) else MAX_OBS_DIM
+    if not (isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value) and 0 <= value[0] <= value[1] <= top):
+        raise _Bad(f'{name} must be two column indices [start, stop] with 0 <= start <= stop <= obs_dim, '
+                   f'got {shown(value)}')
+
+
 def _check_spec(spec: Any, name: str) -> None:
     """An agent spec: a ``kind``, bounded sizes, and nested specs (a planner's base and model)."""
     if not isinstance(spec, dict):
@@ -131,6 +140,8 @@ def _check_spec(spec: Any, name: str) -> None:
             _int(value, field, *SPEC_SIZES[key])
         elif key == 'hidden':
             _hidden(value, field)
+        elif key == 'unscaled':
+            _columns(value, field, spec.get('obs_dim'))
         elif key == 'start_plan':
             _plan(value, field)
         elif key == 'hold_action':

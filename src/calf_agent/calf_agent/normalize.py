@@ -10,14 +10,18 @@ from torch import Tensor, nn
 
 class RunningNorm(nn.Module):
     """Running mean and variance of observations (parallel Welford, as gymnasium's NormalizeObservation):
-    ``forward`` standardises and clips to ``±clip``. The statistics are buffers, so they are saved
-    with the weights."""
+    ``forward`` standardises and clips to ``±clip``, but for the columns ``unscaled`` (``(start, stop)``), which
+    it passes on as they are. The statistics are buffers, so they are saved with the weights."""
 
-    def __init__(self, size: int, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+    def __init__(self, size: int, clip: float = 10.0, epsilon: float = 1e-8,
+                 unscaled: tuple[int, int] = (0, 0)) -> None:
         super().__init__()
         if size < 1 or clip <= 0:
             raise ValueError(f'size must be >= 1 and clip > 0, got {size} and {clip}')
+        if not 0 <= unscaled[0] <= unscaled[1] <= size:
+            raise ValueError(f'unscaled must be columns (start, stop) with 0 <= start <= stop <= {size}, got {unscaled}')
         self.clip, self.epsilon = clip, epsilon
+        self.unscaled = (int(unscaled[0]), int(unscaled[1]))
         self.register_buffer('mean', torch.zeros(size, dtype=torch.float64))
         self.register_buffer('var', torch.ones(size, dtype=torch.float64))
         self.register_buffer('count', torch.tensor(1e-4, dtype=torch.float64))
@@ -35,8 +39,11 @@ class RunningNorm(nn.Module):
         self.count.fill_(total.item())
 
     def forward(self, x: Tensor) -> Tensor:
-        scaled = (x - self.mean.float()) / torch.sqrt(self.var.float() + self.epsilon)
-        return scaled.clamp(-self.clip, self.clip)
+        scaled = ((x - self.mean.float()) / torch.sqrt(self.var.float() + self.epsilon)).clamp(-self.clip, self.clip)
+        start, stop = self.unscaled
+        if start == stop:
+            return scaled
+        return torch.cat([scaled[..., :start], x[..., start:stop], scaled[..., stop:]], -1)
 
 
 class ReturnNormalizer:

@@ -65,6 +65,12 @@ class Representation:
         """Features of the delay state (0 without it)."""
         return self.actions + self.frames - 1 + 2 if self.delay_state else 0
 
+    def delay_state_columns(self, feature_size: int) -> tuple[int, int]:
+        """Where the delay state lies in features of ``feature_size``: ``(start, stop)``, empty without it. Its
+        values are already scaled (0..1 and ticks / ``TICK_SCALE``), and nearly constant on a steady link."""
+        stop = feature_size - int(self.obs_age)
+        return stop - self.extra_size, stop
+
     def as_dict(self) -> dict[str, int | bool]:
         """The fields, leaving out the flags that are off (so older readers load the result)."""
         return {'frames': self.frames, 'actions': self.actions, **({'obs_age': True} if self.obs_age else {}),

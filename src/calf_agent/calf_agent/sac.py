@@ -67,14 +67,15 @@ class SacActor(nn.Module):
     """A tanh-squashed diagonal Gaussian over ``action_dim`` values, its log-std a function of the state.
 
     ``sample`` and ``unit_mean`` take normalised inputs and work in ``[-1, 1]``; ``scale`` maps that onto
-    the bounds ``[low, high]``; ``act`` does all three for raw features, as a policy node does.
+    the bounds ``[low, high]``; ``act`` does all three for raw features, as a policy node does. The columns
+    ``unscaled`` (the delay state's: ``Representation.delay_state_columns``) reach the networks as they are.
     """
 
     kind = 'sac'
     plan_horizon = 1
 
     def __init__(self, obs_dim: int, action_dim: int, low: Sequence[float], high: Sequence[float],
-                 hidden: tuple[int, ...] = (256, 256)) -> None:
+                 hidden: tuple[int, ...] = (256, 256), unscaled: Sequence[int] = (0, 0)) -> None:
         super().__init__()
         if obs_dim < 1 or action_dim < 1:
             raise ValueError(f'obs_dim and action_dim must be >= 1, got {obs_dim}, {action_dim}')
@@ -88,15 +89,19 @@ class SacActor(nn.Module):
         low_t, high_t = (torch.tensor(b, dtype=torch.float32) for b in bounds)
         self.register_buffer('low', low_t)
         self.register_buffer('high', high_t)
-        self.obs_norm = RunningNorm(obs_dim)
+        if len(unscaled) != 2:
+            raise ValueError(f'unscaled must be two column indices (start, stop), got {unscaled!r}')
+        self.obs_norm = RunningNorm(obs_dim, unscaled=(int(unscaled[0]), int(unscaled[1])))
         self.trunk = relu_mlp(obs_dim, hidden)
         self.mean = nn.Linear(hidden[-1], action_dim)
         self.log_std = nn.Linear(hidden[-1], action_dim)
 
     def spec(self) -> dict[str, Any]:
         """The constructor arguments, for checkpoints."""
+        start, stop = self.obs_norm.unscaled
         return {'kind': self.kind, 'obs_dim': self.obs_dim, 'action_dim': self.action_dim,
-                'low': self.low.tolist(), 'high': self.high.tolist(), 'hidden': list(self.hidden)}
+                'low': self.low.tolist(), 'high': self.high.tolist(), 'hidden': list(self.hidden),
+                **({'unscaled': [start, stop]} if stop > start else {})}
 
     def sample(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(action in [-1, 1] [B, A], log-probability [B])`` of a reparameterised sample for normalised ``x``."""

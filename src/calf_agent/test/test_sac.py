@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -14,10 +15,13 @@ import torch
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from calf_agent.checkpoint import load_checkpoint, save_checkpoint
+from calf_agent.errors import CheckpointError
 from calf_agent.evaluate import evaluate_sim
 from calf_agent.policy_runner import PolicyRunner, check_action_space
-from calf_agent.regimes import train_defaults, train_policy
+from calf_agent.regimes import default_representation, train_defaults, train_policy, vec_env_factory
+from calf_agent.representation import Representation
 from calf_agent.sac import ReplayBuffer, SacActor, SacConfig, SacLearner, TwinQ
+from calf_agent.sac_training import build_actor
 from calf_agent.trainer import TrainConfig, sac_defaults
 from calf_agent.training import train
 from calf_core.errors import ConfigError
@@ -266,3 +270,42 @@ def test_the_update_learns_what_the_textbook_update_learns(smoothness: float) ->
             torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6, msg=name)
     torch.testing.assert_close(learner.log_alpha.detach(), ref_alpha.detach())
     assert not torch.equal(next(actor.parameters()), next(make_actor().parameters()))  # the updates moved it
+
+
+def test_the_delay_state_reaches_the_actor_as_it_is_and_its_checkpoint_says_so(tmp_path: Path) -> None:
+    rep = Representation(frames=2, actions=2, delay_state=True)  # features: 2 x 3 obs, 2 actions, 5 delay state
+    space = gym.spaces.Box(-np.inf, np.inf, (rep.feature_size(3, 1),), np.float32)
+    actor = build_actor(space, gym.spaces.Box(-2.0, 2.0, (1,), np.float32), (16, 16), rep)
+    assert rep.delay_state_columns(space.shape[0]) == (8, 13) and actor.spec()['unscaled'] == [8, 13]
+    features = torch.from_numpy(np.random.default_rng(0).normal(3.0, 0.01, (40, 13)).astype(np.float32))
+    actor.obs_norm.update(features)
+    normalised = actor.obs_norm(features)
+    assert torch.equal(normalised[:, 8:], features[:, 8:])  # as they are: scaled already, nearly constant
+    assert normalised[:, :8].mean().abs() < 0.1 and 0.5 < normalised[:, :8].std() < 2  # standardised, from 3 ± 0.01
+    save_checkpoint(tmp_path, actor, {'env': 'Pendulum-v1', 'representation': rep.as_dict()})
+    loaded, _ = load_checkpoint(tmp_path)
+    assert loaded.spec() == actor.spec() and torch.equal(loaded.obs_norm(features), normalised)
+    meta_path = tmp_path / 'meta.json'
+    meta = json.loads(meta_path.read_text())
+    meta['agent']['unscaled'] = [8, 14]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r'agent\.unscaled must be two column indices .* got \[8, 14\]'):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_augmented_sac_learns_pendulum_behind_a_constant_five_tick_delay(tmp_path: Path) -> None:
+    """Augmented SAC, the actions in flight and the delay state in its features (the default representation),
+    behind a constant round trip of 5.5 ticks: above -700 within 15,000 steps, from about -1200 (-184 when
+    measured). With the delay state standardised like the observations, this seed stayed at -1044."""
+    path = tmp_path / 'constant_5_ticks.yaml'  # the action answering tick t's observation runs at tick t + 6
+    path.write_text('name: constant_5_ticks\ncompute_ms: 0.0\nuplink:\n  - {model: fixed_delay, latency_ms: 137.5}\n'
+                    'downlink: same\n')
+    profile = load_profile(str(path))
+    rep = default_representation('Pendulum-v1', profile)
+    assert rep.delay_state and rep.actions >= 5
+    cfg = dataclasses.replace(sac_defaults(), total_steps=15_000, seed=1,
+                              meta={'env': 'Pendulum-v1', 'representation': rep.as_dict()})
+    returns = train(cfg, vec_env_factory('Pendulum-v1', profile, rep, 0), tmp_path / 'run', progress=False).episode_returns
+    assert np.mean(returns[:5]) < -900 and np.mean(returns[-5:]) > -700, returns

@@ -178,6 +178,20 @@ TABLES['robots_half_cheetah'] = robots_table(
      Row('Full + feedback plans, long fit at 5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml', 10, 'model',
          algo='sac', model='ensemble-feedback-long')))
 
+# SAC and the delay state (issue 29). Behind a constant delay the delay state is nearly constant; standardised
+# with the observations, its values at an episode's first ticks reached ±10 and SAC learned nothing, so it now
+# reaches the actor as it is (calf_agent.sac_training.build_actor). Pendulum-v1, 50 ms ticks: augmented SAC at a
+# constant 5 ticks with and without the delay state, against SAC on a clean link.
+FIVE_TICKS = 'results/profiles/constant_5_ticks_50ms.yaml'
+TABLES['delay_state_sac'] = TableSpec(
+    'delay_state_sac', 'Pendulum-v1, SAC behind a constant delay: mean episode return (± std across seeds)',
+    'Pendulum-v1', 'mean_return', 1.0, 15_000,
+    (Row('SAC on a clean link', 'sim_clean', algo='sac'),
+     Row('Augmented SAC at 5 ticks, actions in flight', FIVE_TICKS, delay_state=False, algo='sac'),
+     Row('Augmented SAC at 5 ticks, + delay state', FIVE_TICKS, algo='sac')),
+    (Column('Sim-Clean', 'sim_clean'), Column('2 ticks', 'results/profiles/constant_2_ticks_50ms.yaml'),
+     Column('5 ticks', FIVE_TICKS)), {}, ('SAC on a clean link', 'Sim-Clean'))
+
 # Outages (issue 31): Wi-Fi-D and the four harsh built-in profiles, whose outages last 100 ms to over a second.
 # Plans with the Table-4 horizon against plans whose horizon covers the silences of outage_burst, the harshest,
 # up to their 99.9th percentile (calf train --plan-horizon auto:outage_burst), whole or cut to the length the
