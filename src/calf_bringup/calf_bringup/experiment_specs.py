@@ -153,9 +153,15 @@ TABLES['plans'] = TableSpec(
 # the long model fit (planner.LONG_FIT_EPOCHS), which the default fit's underfitted model called for.
 
 
+def constant_delay(ticks: int, dt_ms: int) -> str:
+    """The profile of a constant delay of ``ticks`` ticks of ``dt_ms`` (results/profiles, named from the workspace
+    root)."""
+    return f'results/profiles/constant_{ticks}_ticks_{dt_ms}ms.yaml'
+
+
 def robots_table(name: str, env: str, dt_ms: int, steps: int, extra_rows: tuple[Row, ...] = ()) -> TableSpec:
     """A robots table for ``env`` (ticks of ``dt_ms``) with ``steps`` env steps per training run."""
-    constant = tuple(Column(f'{k} ticks', f'results/profiles/constant_{k}_ticks_{dt_ms}ms.yaml') for k in (2, 5, 10))
+    constant = tuple(Column(f'{k} ticks', constant_delay(k, dt_ms)) for k in (2, 5, 10))
     rows = (Row('Baseline (SAC)', 'sim_clean', algo='sac'), Row('Augmented SAC', 'full_net_aware', algo='sac'),
             Row('BPQL (SAC)', 'full_net_aware', algo='bpql'),
             Row('Imitation (DAgger)', 'full_net_aware', planner='imitation', algo='sac'),
@@ -170,27 +176,26 @@ TABLES['robots_double_pendulum'] = robots_table('robots_double_pendulum', 'Inver
 TABLES['robots_reacher'] = robots_table('robots_reacher', 'Reacher-v5', 20, 100_000)
 TABLES['robots_half_cheetah'] = robots_table(
     'robots_half_cheetah', 'HalfCheetah-v5', 50, 200_000,
-    (Row('Augmented SAC, trained at 5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml', algo='sac'),
-     Row('Full + feedback plans, fitted at 5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml', 10, 'model',
+    (Row('Augmented SAC, trained at 5 ticks', constant_delay(5, 50), algo='sac'),
+     Row('Full + feedback plans, fitted at 5 ticks', constant_delay(5, 50), 10, 'model',
          algo='sac', model='ensemble-feedback'),
      Row('Full + feedback plans, long fit', 'full_net_aware', 10, 'model', algo='sac',
          model='ensemble-feedback-long'),
-     Row('Full + feedback plans, long fit at 5 ticks', 'results/profiles/constant_5_ticks_50ms.yaml', 10, 'model',
+     Row('Full + feedback plans, long fit at 5 ticks', constant_delay(5, 50), 10, 'model',
          algo='sac', model='ensemble-feedback-long')))
 
 # SAC and the delay state (issue 29). Behind a constant delay the delay state is nearly constant; standardised
 # with the observations, its values at an episode's first ticks reached ±10 and SAC learned nothing, so it now
 # reaches the actor as it is (calf_agent.sac_training.build_actor). Pendulum-v1, 50 ms ticks: augmented SAC at a
 # constant 5 ticks with and without the delay state, against SAC on a clean link.
-FIVE_TICKS = 'results/profiles/constant_5_ticks_50ms.yaml'
 TABLES['delay_state_sac'] = TableSpec(
     'delay_state_sac', 'Pendulum-v1, SAC behind a constant delay: mean episode return (± std across seeds)',
     'Pendulum-v1', 'mean_return', 1.0, 15_000,
     (Row('SAC on a clean link', 'sim_clean', algo='sac'),
-     Row('Augmented SAC at 5 ticks, actions in flight', FIVE_TICKS, delay_state=False, algo='sac'),
-     Row('Augmented SAC at 5 ticks, + delay state', FIVE_TICKS, algo='sac')),
-    (Column('Sim-Clean', 'sim_clean'), Column('2 ticks', 'results/profiles/constant_2_ticks_50ms.yaml'),
-     Column('5 ticks', FIVE_TICKS)), {}, ('SAC on a clean link', 'Sim-Clean'))
+     Row('Augmented SAC at 5 ticks, actions in flight', constant_delay(5, 50), delay_state=False, algo='sac'),
+     Row('Augmented SAC at 5 ticks, + delay state', constant_delay(5, 50), algo='sac')),
+    (Column('Sim-Clean', 'sim_clean'), Column('2 ticks', constant_delay(2, 50)),
+     Column('5 ticks', constant_delay(5, 50))), {}, ('SAC on a clean link', 'Sim-Clean'))
 
 # Outages (issue 31): Wi-Fi-D and the four harsh built-in profiles, whose outages last 100 ms to over a second.
 # Plans with the Table-4 horizon against plans whose horizon covers the silences of outage_burst, the harshest,
