@@ -18,7 +18,7 @@ class RunningNorm(nn.Module):
         super().__init__()
         if size < 1 or clip <= 0:
             raise ValueError(f'size must be >= 1 and clip > 0, got {size} and {clip}')
-        if not 0 <= unscaled[0] <= unscaled[1] <= size:
+        if len(unscaled) != 2 or not 0 <= unscaled[0] <= unscaled[1] <= size:
             raise ValueError(f'unscaled must be columns (start, stop) with 0 <= start <= stop <= {size}, got {unscaled}')
         self.clip, self.epsilon = clip, epsilon
         self.unscaled = (int(unscaled[0]), int(unscaled[1]))

@@ -89,9 +89,7 @@ class SacActor(nn.Module):
         low_t, high_t = (torch.tensor(b, dtype=torch.float32) for b in bounds)
         self.register_buffer('low', low_t)
         self.register_buffer('high', high_t)
-        if len(unscaled) != 2:
-            raise ValueError(f'unscaled must be two column indices (start, stop), got {unscaled!r}')
-        self.obs_norm = RunningNorm(obs_dim, unscaled=(int(unscaled[0]), int(unscaled[1])))
+        self.obs_norm = RunningNorm(obs_dim, unscaled=tuple(unscaled))
         self.trunk = relu_mlp(obs_dim, hidden)
         self.mean = nn.Linear(hidden[-1], action_dim)
         self.log_std = nn.Linear(hidden[-1], action_dim)
