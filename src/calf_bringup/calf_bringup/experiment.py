@@ -261,6 +261,23 @@ def collect(spec: TableSpec, trains: list[TrainJob], evals: list[EvalJob],
             'paper': spec.paper, 'reference': spec.reference}
 
 
+def keep_earlier_rows(result: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with each row that has no seed in it taken from ``earlier`` (a table's JSON of the same table),
+    for a table rebuilt from a cache that lost some rows. ``kept_rows`` names each kept row's run: the command and
+    git revision that measured it, carried over if ``earlier`` had kept it in turn."""
+    if earlier.get('table') != result['table'] or earlier.get('columns') != result['columns']:
+        raise ConfigError(f'the earlier table is {earlier.get("table")} with columns {earlier.get("columns")}, not '
+                          f'{result["table"]} with {result["columns"]}: pass the JSON of the same table')
+    measured = {'command': earlier.get('command', ''), 'git': earlier.get('versions', {}).get('git', '')}
+    sources = {kept['row']: kept for kept in earlier.get('kept_rows', [])}
+    kept = [sources.get(row, {'row': row, **measured}) for row, cols in result['cells'].items()
+            if row in earlier['cells'] and not any(cell['per_seed'] for cell in cols.values())]
+    if not kept:
+        return result
+    cells = {**result['cells'], **{k['row']: earlier['cells'][k['row']] for k in kept}}
+    return {**result, 'cells': cells, 'kept_rows': kept}
+
+
 def write_outputs(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
     """CSV, Markdown, JSON and a Figure-3-style PNG for one table."""
     from calf_bringup.experiment_report import (

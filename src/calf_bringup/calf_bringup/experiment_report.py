@@ -95,8 +95,17 @@ def write_markdown(result: dict[str, Any], path: Path) -> Path:
         f'# {result["table"]}: {result["title"]}\n\n{markdown_table(result)}\n\n'
         f'{_count(seeds, "seed")} × {_count(result["episodes"], "episode")} per cell, {result["steps"]} training '
         f'steps per seed; {spread}.\n\nCommand: `{result["command"]}` ({result["run_time_s"]:.0f} s)\n\n'
-        f'![{result["table"]}]({path.stem}.png)\n')
+        f'{_kept_rows(result)}![{result["table"]}]({path.stem}.png)\n')
     return path
+
+
+def _kept_rows(result: dict[str, Any]) -> str:
+    """Sentences naming the rows taken from earlier runs of the table, if any (``keep_earlier_rows``)."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for kept in result.get('kept_rows', []):
+        runs.setdefault((kept['command'], kept['git'][:7] or 'unknown'), []).append(f'**{kept["row"]}**')
+    return ''.join(f'Not rerun by this command: {", ".join(rows)}, kept from an earlier run (`{command}`, git {git}).'
+                   f'\n\n' for (command, git), rows in runs.items())
 
 
 def _count(n: int, noun: str) -> str:

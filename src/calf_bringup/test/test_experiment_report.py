@@ -68,3 +68,30 @@ def test_a_table_written_part_way_says_which_seeds_have_not_run(tmp_path: Path) 
     text = write_markdown(table, tmp_path / 'mine.md').read_text()
     assert '| **Baseline** | 410 ± 2 (1 not run) |' in text and '| **Student** | not run |' in text
     assert 'failed' not in text
+
+
+def test_rows_lost_from_the_cache_keep_an_earlier_tables_cells_and_say_so(tmp_path: Path) -> None:
+    """``table_from_cache.py --earlier``: a row with no seed cached keeps the earlier table's cells, named with the
+    run that measured them, carried over a second rebuild; a row with a seed cached is not replaced."""
+    from calf_bringup.experiment import keep_earlier_rows
+    earlier = {**result([400.0, 420.0], {}), 'versions': {'git': '6ac448fa62b2'}}
+    earlier['cells']['Student'] = {'Sim-Clean': {'mean': 205.0, 'std': 3.0, 'per_seed': [200.0, 210.0]}}
+    rebuilt = {**result([1.0], {}), 'missing_as': 'not run'}
+    rebuilt['cells']['Baseline']['Sim-Clean'].update(per_seed=[], failed_seeds=[0])
+    rebuilt['cells']['Student'] = {'Sim-Clean': {'mean': 9.0, 'std': 0.0, 'per_seed': [9.0]}}
+    kept = keep_earlier_rows(rebuilt, earlier)
+    assert kept['cells']['Baseline'] == earlier['cells']['Baseline'] and kept['cells']['Student'] == rebuilt['cells']['Student']
+    again = keep_earlier_rows({**rebuilt, 'cells': {**rebuilt['cells']}}, {**kept, 'command': 'rebuild'})
+    assert again['kept_rows'] == [{'row': 'Baseline', 'command': 'calf experiment mine', 'git': '6ac448fa62b2'}]
+    text = write_markdown({**again, 'command': 'rebuild'}, tmp_path / 'mine.md').read_text()
+    assert 'Not rerun by this command: **Baseline**, kept from an earlier run (`calf experiment mine`, git 6ac448f)' \
+        in text and '| **Baseline** | 410 ± 2 |' in text
+
+
+def test_an_earlier_table_of_another_table_is_refused() -> None:
+    import pytest
+
+    from calf_bringup.experiment import keep_earlier_rows
+    from calf_core.errors import ConfigError
+    with pytest.raises(ConfigError, match='pass the JSON of the same table'):
+        keep_earlier_rows(result([1.0], {}), {**result([1.0], {}), 'table': 'other'})
