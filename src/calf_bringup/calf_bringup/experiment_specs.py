@@ -177,6 +177,7 @@ TABLES['robots_reacher'] = robots_table('robots_reacher', 'Reacher-v5', 20, 100_
 TABLES['robots_half_cheetah'] = robots_table(
     'robots_half_cheetah', 'HalfCheetah-v5', 50, 200_000,
     (Row('Augmented SAC, trained at 5 ticks', constant_delay(5, 50), algo='sac'),
+     Row('BPQL (SAC), trained at 5 ticks', constant_delay(5, 50), algo='bpql'),
      Row('Full + feedback plans, fitted at 5 ticks', constant_delay(5, 50), 10, 'model',
          algo='sac', model='ensemble-feedback'),
      Row('Full + feedback plans, long fit', 'full_net_aware', 10, 'model', algo='sac',
