@@ -16,6 +16,7 @@ from typing import Any
 
 from calf_bringup.experiment_cells import CPUS_PER_CELL
 from calf_core.errors import ConfigError
+from calf_ros.scheduling import ordinary_priority
 
 INSTALL = 'pip install -r requirements-ray.lock'
 DEFAULT_TOKEN = Path.home() / '.ray' / 'auth_token'
@@ -70,6 +71,7 @@ def connect(address: str) -> Any:
     what to do when Ray is missing, nothing answers there or its token is refused."""
     if address == 'local':  # Ray's single-machine mode: every address on the loopback interface
         os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')
+        os.environ.setdefault('RAY_worker_niceness', '0')  # Ray's default, 15, starves cells beside other work
     if address not in ('auto', 'local') and 'RAY_AUTH_MODE' not in os.environ and has_token():
         # `ray start --head` turns token authentication on when it finds a token, but Ray's client uses
         # one for an explicit address only with RAY_AUTH_MODE=token, which Ray reads when imported.
@@ -138,5 +140,11 @@ def has_token() -> bool:
 
 
 def experiment_cell(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """The Ray task: its name is the worker's process title (`ray::experiment_cell`) while a cell runs."""
-    return fn(*args)
+    """The Ray task: its name is the worker's process title (`ray::experiment_cell`) while a cell runs. It runs
+    at ordinary priority, not Ray's nice 15 (``calf_ros.scheduling.ordinary_priority``); the cell's log says so
+    where that is not permitted."""
+    priority = ordinary_priority()
+    result = fn(*args)
+    if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        result['log'] = f'[calf] cell priority: {priority}\n{result.get("log", "")}'
+    return result
