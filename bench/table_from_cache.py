@@ -3,8 +3,9 @@
     python bench/table_from_cache.py TABLE OUT results [--seeds 3] [--episodes 50] [--earlier JSON]  # OUT: its --out
 
 Seeds whose cells are not in the cache are listed as not run in the cell (``failed_seeds``); ``calf experiment
-TABLE --seeds 3 --episodes 50 --workers 1 --out OUT`` fills the rest from the same cache. With ``--earlier`` (an earlier JSON of the same table, read before it is
-overwritten), rows with no seed in the cache keep that table's cells, and the table names them.
+TABLE --seeds 3 --episodes 50 --workers 1 --out OUT`` fills the rest from the same cache. With ``--earlier``
+(an earlier JSON of the same table, read before it is overwritten), rows with no seed in the cache keep that
+table's cells, and the table names them.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ if __name__ == '__main__':
     parser.add_argument('results', type=Path)
     parser.add_argument('--seeds', type=int, default=3)
     parser.add_argument('--episodes', type=int, default=50)
-    parser.add_argument('--earlier', type=Path, help="an earlier JSON of the table: rows not in the cache keep its cells")
+    parser.add_argument('--earlier', type=Path,
+                        help='an earlier JSON of the table: rows not in the cache keep its cells')
     args = parser.parse_args()
     main(args.table, args.out, args.results, args.seeds, args.episodes, args.earlier)

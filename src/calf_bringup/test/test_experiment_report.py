@@ -80,7 +80,8 @@ def test_rows_lost_from_the_cache_keep_an_earlier_tables_cells_and_say_so(tmp_pa
     rebuilt['cells']['Baseline']['Sim-Clean'].update(per_seed=[], failed_seeds=[0])
     rebuilt['cells']['Student'] = {'Sim-Clean': {'mean': 9.0, 'std': 0.0, 'per_seed': [9.0]}}
     kept = keep_earlier_rows(rebuilt, earlier)
-    assert kept['cells']['Baseline'] == earlier['cells']['Baseline'] and kept['cells']['Student'] == rebuilt['cells']['Student']
+    assert kept['cells']['Baseline'] == earlier['cells']['Baseline']
+    assert kept['cells']['Student'] == rebuilt['cells']['Student']
     again = keep_earlier_rows({**rebuilt, 'cells': {**rebuilt['cells']}}, {**kept, 'command': 'rebuild'})
     assert again['kept_rows'] == [{'row': 'Baseline', 'command': 'calf experiment mine', 'git': '6ac448fa62b2'}]
     text = write_markdown({**again, 'command': 'rebuild'}, tmp_path / 'mine.md').read_text()
