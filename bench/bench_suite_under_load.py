@@ -7,7 +7,7 @@ JSON, to ``--record``: the revision, the exit code, pytest's summary line, the m
 seen (min / median / max), and ``--note``. Runs stop at the first failure, since the goal is consecutive passes.
 
     python bench/bench_suite_under_load.py [--load 4] [--runs 3] [--rev HEAD] [--command "make test"]
-        [--clone-into DIR] [--record FILE]
+        [--clone-into DIR] [--record FILE] [--note TEXT]
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ run loses only the batch it was collecting.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -47,7 +48,9 @@ class WorkerActor:
     """One rollout worker as a Ray actor: takes the learner's chunks, returns its own."""
 
     def __init__(self, worker_id: str, env: str, num_envs: int, seed: int, network: str) -> None:
-        ordinary_priority()  # Ray starts actors at nice 15; beside other work they would hardly run
+        priority = ordinary_priority()  # Ray starts actors at nice 15; beside other work they would hardly run
+        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+            print(f'[calf] rollout worker {worker_id} priority: {priority}', file=sys.stderr)
         key = bytes.fromhex(os.environ[KEY_ENV])
         self.worker = RolloutWorker(worker_id, env, key, num_envs, seed, chunk_bytes=RAY_CHUNK_BYTES,
                                     network=network)
