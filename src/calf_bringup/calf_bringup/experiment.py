@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import shutil
 import time
@@ -271,11 +272,16 @@ def keep_earlier_rows(result: dict[str, Any], earlier: dict[str, Any]) -> dict[s
     measured = {'command': earlier.get('command', ''), 'git': earlier.get('versions', {}).get('git', '')}
     sources = {kept['row']: kept for kept in earlier.get('kept_rows', [])}
     kept = [sources.get(row, {'row': row, **measured}) for row, cols in result['cells'].items()
-            if row in earlier['cells'] and not any(cell['per_seed'] for cell in cols.values())]
+            if not _has_seeds(cols) and _has_seeds(earlier['cells'].get(row, {}))]
     if not kept:
         return result
-    cells = {**result['cells'], **{k['row']: earlier['cells'][k['row']] for k in kept}}
+    cells = {**result['cells'], **{k['row']: _nan_for_null(earlier['cells'][k['row']]) for k in kept}}
     return {**result, 'cells': cells, 'kept_rows': kept}
+
+
+def _has_seeds(cols: dict[str, dict[str, Any]]) -> bool:
+    """Whether any cell of a row holds a seed's result."""
+    return any(cell['per_seed'] for cell in cols.values())
 
 
 def write_outputs(result: dict[str, Any], out: Path, command: str, started: float) -> list[Path]:
@@ -292,6 +298,17 @@ def write_outputs(result: dict[str, Any], out: Path, command: str, started: floa
     json_path.write_text(json.dumps(_null_for_nan(result), indent=1, allow_nan=False))
     return [json_path, write_csv(result, out / f'{name}.csv'), write_markdown(result, out / f'{name}.md'),
             write_bar_chart(result, out / f'{name}.png')]
+
+
+def _nan_for_null(value: Any) -> Any:
+    """``value`` read back from a table's JSON: every None (``_null_for_nan``'s) a NaN again."""
+    if value is None:
+        return math.nan
+    if isinstance(value, dict):
+        return {k: _nan_for_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_for_null(v) for v in value]
+    return value
 
 
 def _null_for_nan(value: Any) -> Any:

@@ -89,6 +89,23 @@ def test_rows_lost_from_the_cache_keep_an_earlier_tables_cells_and_say_so(tmp_pa
         in text and '| **Baseline** | 410 ± 2 |' in text
 
 
+def test_an_earlier_tables_unrun_row_is_not_kept_and_its_tables_are_written(tmp_path: Path) -> None:
+    """A row that neither the cache nor the earlier table holds stays not run (its JSON null is no number)."""
+    from calf_bringup.experiment import keep_earlier_rows, write_outputs
+    from calf_core.yaml_files import read_json
+    unrun = {'Sim-Clean': {'mean': float('nan'), 'std': 0.0, 'per_seed': [], 'failed_seeds': [0]}}
+    first = {**result([400.0], {}), 'metric': 'mean_return', 'missing_as': 'not run'}
+    first['cells'] = {**first['cells'], 'Student': unrun}
+    write_outputs(first, tmp_path, 'calf experiment mine', 0.0)
+    earlier = read_json(tmp_path / 'mine.json', 'experiment meta')
+    rebuilt = {**first, 'cells': {'Baseline': {'Sim-Clean': {**unrun['Sim-Clean']}}, 'Student': unrun}}
+    kept = keep_earlier_rows(rebuilt, earlier)
+    assert [k['row'] for k in kept['kept_rows']] == ['Baseline']
+    write_outputs(kept, tmp_path, 'rebuild', 0.0)
+    assert 'Student,Sim-Clean,nan,0.00,0,' in (tmp_path / 'mine.csv').read_text()
+    assert '| **Student** | not run |' in (tmp_path / 'mine.md').read_text()
+
+
 def test_an_earlier_table_of_another_table_is_refused() -> None:
     import pytest
 
