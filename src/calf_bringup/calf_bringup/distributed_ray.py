@@ -27,7 +27,7 @@ from calf_agent.dist.wire import Chunk
 from calf_agent.dist.worker import RolloutWorker
 from calf_bringup.distributed import worker_ids
 from calf_bringup.experiment_ray import connect
-from calf_ros.scheduling import ordinary_priority
+from calf_ros.scheduling import restore_ordinary_priority
 
 RAY_CHUNK_BYTES = 1 << 20
 """Chunks of at most 1 MiB: the object store carries a frame whole, there is no datagram to lose."""
@@ -48,9 +48,9 @@ class WorkerActor:
     """One rollout worker as a Ray actor: takes the learner's chunks, returns its own."""
 
     def __init__(self, worker_id: str, env: str, num_envs: int, seed: int, network: str) -> None:
-        priority = ordinary_priority()  # Ray starts actors at nice 15; beside other work they would hardly run
-        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
-            print(f'[calf] rollout worker {worker_id} priority: {priority}', file=sys.stderr)
+        # Ray starts actors at nice 15; beside other work they would hardly run
+        if refused := restore_ordinary_priority():
+            print(f'[calf] rollout worker {worker_id} priority: {refused}', file=sys.stderr)
         key = bytes.fromhex(os.environ[KEY_ENV])
         self.worker = RolloutWorker(worker_id, env, key, num_envs, seed, chunk_bytes=RAY_CHUNK_BYTES,
                                     network=network)

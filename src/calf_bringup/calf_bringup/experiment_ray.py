@@ -16,7 +16,7 @@ from typing import Any
 
 from calf_bringup.experiment_cells import CPUS_PER_CELL
 from calf_core.errors import ConfigError
-from calf_ros.scheduling import ordinary_priority
+from calf_ros.scheduling import restore_ordinary_priority
 
 INSTALL = 'pip install -r requirements-ray.lock'
 DEFAULT_TOKEN = Path.home() / '.ray' / 'auth_token'
@@ -141,10 +141,10 @@ def has_token() -> bool:
 
 def experiment_cell(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     """The Ray task: its name is the worker's process title (`ray::experiment_cell`) while a cell runs. It runs
-    at ordinary priority, not Ray's nice 15 (``calf_ros.scheduling.ordinary_priority``); the cell's log says so
+    at ordinary priority, not Ray's nice 15 (``calf_ros.scheduling.restore_ordinary_priority``); the cell's log says so
     where that is not permitted."""
-    priority = ordinary_priority()
+    refused = restore_ordinary_priority()
     result = fn(*args)
-    if os.getpriority(os.PRIO_PROCESS, 0) > 0:
-        result['log'] = f'[calf] cell priority: {priority}\n{result.get("log", "")}'
+    if refused:
+        result['log'] = f'[calf] cell priority: {refused}\n{result.get("log", "")}'
     return result

@@ -11,7 +11,8 @@ program in its own place (``exec``: same process, the scheduling kept).
 
 ``ordinary_priority`` undoes Ray's choice for its workers, nice 15 (``RAY_worker_niceness``): beside other
 CPU-bound work such a worker gets a few percent of a core, so an experiment cell or a rollout worker on a busy
-machine hardly runs. Experiment cells and rollout actors call it when they start.
+machine hardly runs. Experiment cells and rollout actors call it when they start, through
+``restore_ordinary_priority``, and say so where it is refused.
 """
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ def ordinary_priority() -> str:
         return (f'nice {current}: lowering it is not permitted here, so this process yields to all other work; '
                 f'start Ray with RAY_worker_niceness=0 in the environment of `ray start`')
     return f'nice 0 (was {current})'
+
+
+def restore_ordinary_priority() -> str | None:
+    """``ordinary_priority``: None once this process runs at ordinary priority, else what stopped it."""
+    said = ordinary_priority()
+    return said if os.getpriority(os.PRIO_PROCESS, 0) > 0 else None
 
 
 def _threads() -> list[int]:

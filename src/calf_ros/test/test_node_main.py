@@ -45,12 +45,13 @@ def test_every_thread_gets_what_raise_priority_says() -> None:
 
 ORDINARY_PROBE = '''
 import os, threading
-from calf_ros.scheduling import ordinary_priority
+from calf_ros.scheduling import ordinary_priority, restore_ordinary_priority
 os.setpriority(os.PRIO_PROCESS, 0, max(15, os.getpriority(os.PRIO_PROCESS, 0)))  # as Ray starts its workers
 before = threading.Event()
 threading.Thread(target=before.wait, daemon=True).start()  # a thread started before, as Ray's own
 print(ordinary_priority())
 print(sorted({os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir('/proc/self/task')}))
+print(restore_ordinary_priority())
 '''
 
 
@@ -60,9 +61,11 @@ def test_ordinary_priority_undoes_a_ray_workers_nice_15_on_every_thread_or_says_
     table of eight small cells did not finish in 10 minutes."""
     done = subprocess.run([sys.executable, '-c', ORDINARY_PROBE], capture_output=True, text=True, check=True,
                           timeout=60)
-    said, threads = done.stdout.splitlines()
+    said, threads, refused = done.stdout.splitlines()
     if said.startswith('nice 0 (was '):
         assert threads == '[0]'
+        assert refused == 'None'
     else:
         assert 'lowering it is not permitted' in said and 'RAY_worker_niceness=0' in said
         assert threads != '[0]'
+        assert 'lowering it is not permitted' in refused
