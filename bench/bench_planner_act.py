@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from live_bench import parity_policy
+from parity_recipes import train_parity_planner
 
 from calf_agent.checkpoint import load_checkpoint
 from calf_agent.plan_agent import PlanningAgent
-from calf_agent.planner import PlannerConfig, train_planner, with_feedback
+from calf_agent.planner import with_feedback
 from calf_core.profiles import load_profile
 
 
@@ -38,10 +39,7 @@ def planner_dir(policy: Path | None) -> Iterator[Path]:
         yield policy
         return
     with parity_policy(None) as base, tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / 'cartpole_planner'
-        train_planner(base, out, 'wifi_degraded', plan_horizon=8, seed=0,
-                      cfg=PlannerConfig(transitions=20_000, epochs=10), progress=False)
-        yield out
+        yield train_parity_planner(base, Path(tmp) / 'cartpole_planner')
 
 
 def call_ms(act: Callable[[int], None], calls: int) -> list[float]:

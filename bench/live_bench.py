@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'tests'))  # the parity recipes live beside their tests
+
 SPIN = 'import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n'
 
 
@@ -18,12 +20,10 @@ def parity_policy(policy: Path | None) -> Iterator[Path]:
     if policy is not None:
         yield policy
         return
-    from calf_agent.regimes import train_policy
+    from parity_recipes import train_parity_policy
 
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / 'cartpole_baseline'
-        train_policy('cartpole', 'sim_clean', seed=0, out_dir=out, steps=20_000, regime='baseline', progress=False)
-        yield out
+        yield train_parity_policy(Path(tmp) / 'cartpole_baseline')
 
 
 @contextmanager

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import rclpy
 from host_load import skip_if_busy, skip_if_missed, skip_if_slower
+from parity_recipes import train_parity_planner, train_parity_policy
 from rclpy.executors import SingleThreadedExecutor
 from ros_helpers import Lines, new_context, spin_until, untrained_cartpole_policy
 from scipy import stats
@@ -50,19 +51,14 @@ PARITY_TICK_S = 0.02  # the shortest tick of the parity cases (CartPole's, at ti
 
 @pytest.fixture(scope='module')
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp('policy') / 'cartpole_baseline'
-    train_policy('cartpole', 'sim_clean', seed=0, out_dir=out, steps=20_000, regime='baseline', progress=False)
-    return out
+    return train_parity_policy(tmp_path_factory.mktemp('policy') / 'cartpole_baseline')
 
 
 @pytest.fixture(scope='module')
 def planner(policy: Path) -> Path:
     """A model planner over ``policy``: plans of H = 8 with the adaptive lead, which reads the round trips the
     observations report (``applied_obs_seq``), in Observation on the live graph as in NetworkedEnv's info."""
-    out = policy.parent / 'planner'
-    train_planner(policy, out, 'wifi_degraded', plan_horizon=8, seed=0,
-                  cfg=PlannerConfig(transitions=20_000, epochs=10), progress=False)
-    return out
+    return train_parity_planner(policy, policy.parent / 'planner')
 
 
 @pytest.fixture(scope='module')
