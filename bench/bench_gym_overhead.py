@@ -22,17 +22,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import io
-import os
 import statistics
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
-from pathlib import Path
 
 import gymnasium as gym
+from revision import pythonpath_at
 
 import calf_core
 from calf_core.envs import make_env
@@ -63,14 +59,7 @@ class Against:
     """A worker process running this bench's ``--serve`` with ``calf_core`` as it is at git revision ``rev``."""
 
     def __init__(self, rev: str) -> None:
-        root = Path(__file__).resolve().parent.parent
-        archive = subprocess.run(['git', 'archive', rev, 'src/calf_core/calf_core'], cwd=root, check=True,
-                                 capture_output=True).stdout
-        tree = tempfile.mkdtemp(prefix='calf_core_at_')
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tree, filter='data')
-        env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(Path(tree) / 'src' / 'calf_core'),
-                                                            os.environ.get('PYTHONPATH', '')])}
+        env = pythonpath_at(rev)
         self.worker = subprocess.Popen([sys.executable, __file__, '--serve'], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True, env=env)
 

@@ -28,15 +28,17 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, batch: Tensor | np.ndarray) -> None:
-        """Fold a batch ``[B, size]`` into the statistics."""
-        x = torch.as_tensor(batch, dtype=torch.float64).reshape(-1, self.mean.shape[0])
+        """Fold a batch ``[B, size]`` into the statistics (in numpy: a few small arrays, where torch's per-operation
+        cost would be most of the work)."""
+        x = np.asarray(batch, dtype=np.float64).reshape(-1, self.mean.shape[0])
+        mean, var, count = self.mean.numpy(), self.var.numpy(), float(self.count)
         n = x.shape[0]
-        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
-        delta, total = batch_mean - self.mean, self.count + n
-        m2 = self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total
-        self.mean += delta * n / total
-        self.var.copy_(m2 / total)
-        self.count.fill_(total.item())
+        batch_mean = x.mean(0)
+        delta, total = batch_mean - mean, count + n
+        m2 = var * count + x.var(0) * n + delta ** 2 * count * n / total
+        mean += delta * n / total
+        var[:] = m2 / total
+        self.count.fill_(total)
 
     def forward(self, x: Tensor) -> Tensor:
         scaled = ((x - self.mean.float()) / torch.sqrt(self.var.float() + self.epsilon)).clamp(-self.clip, self.clip)

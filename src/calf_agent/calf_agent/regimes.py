@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from calf_agent.bpql_training import train_bpql
-from calf_agent.representation import HistoryWrapper, Representation, VectorHistoryWrapper
+from calf_agent.representation import Representation, VectorHistoryWrapper
 from calf_agent.task_training import for_task
 from calf_agent.train_state import EVERY_STEPS
 from calf_agent.trainer import (
@@ -182,9 +182,10 @@ def default_representation(env: str, profile: Profile, delay_state: bool | None 
 
 
 FAST_PATH_MIN_ENVS = 32
-"""From this many envs the vector path trains faster than the SyncVectorEnv path (bench/bench_train_fast_path.py,
-CartPole: 0.80x at 8 envs, 1.11x at 32, 1.64x at 128; InvertedPendulum-v5 under full_net_aware, agent steps/s:
-about 1.0x at 16 envs, 1.8x at 64); below it, its per-step array overhead costs more than it saves."""
+"""From this many envs the vector path trains about as fast as the SyncVectorEnv path, and faster with more
+(``bench/bench_train_fast_path.py``, 2026-12-06, vector over sync, PPO steps/s: CartPole under full_net_aware
+0.70-0.80x at 8 envs, 0.87-0.98x at 32, 1.37-1.46x at 128; InvertedPendulum-v5 under wifi_degraded 0.82-0.87x at
+16, 1.16x at 64); below it, its per-pass array work costs more than it saves."""
 
 
 def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, plan_horizon: int = 1,
@@ -194,22 +195,22 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
 
     ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task). From
     ``FAST_PATH_MIN_ENVS`` envs with ``fast=None`` (any number with ``fast=True``, never with ``fast=False``)
-    the envs are one ``VectorHistoryWrapper(VectorNetworkedEnv)`` (``vector_env``), under any profile;
-    otherwise a ``SyncVectorEnv`` of ``HistoryWrapper(NetworkedEnv)``. Either way the trainer's reset seed
-    makes the run deterministic.
+    the envs are one ``VectorNetworkedEnv`` (``vector_env``), under any profile; otherwise a ``SyncVectorEnv``
+    of ``NetworkedEnv``s. Either way one ``VectorHistoryWrapper`` makes the features of all rows at once (as
+    many ``HistoryWrapper``s would, at a fraction of the cost), and the trainer's reset seed makes the run
+    deterministic.
     """
     min_envs = 1 if fast else math.inf if fast is False else FAST_PATH_MIN_ENVS
 
     def make_one(index: int) -> Callable[[], gym.Env]:
-        return lambda: HistoryWrapper(make_networked_env(env, profile, seed=seed * 1000 + index,
-                                                         plan_horizon=plan_horizon,
-                                                         env=make_inner() if make_inner else None), rep)
+        return lambda: make_networked_env(env, profile, seed=seed * 1000 + index, plan_horizon=plan_horizon,
+                                          env=make_inner() if make_inner else None)
 
     def make(n: int) -> gym.vector.VectorEnv:
         if n >= min_envs:
             return VectorHistoryWrapper(vector_env(env, profile, n, plan_horizon, make_inner), rep)
-        return gym.vector.SyncVectorEnv([make_one(i) for i in range(n)],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        return VectorHistoryWrapper(gym.vector.SyncVectorEnv([make_one(i) for i in range(n)],
+                                                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), rep)
 
     return make
 

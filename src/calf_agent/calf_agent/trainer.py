@@ -304,8 +304,7 @@ class _Loop:
         self.recurrent = isinstance(agent, LstmAgent)
         self.continuous = isinstance(agent, GaussianAgent)
         self.reward_norm = ReturnNormalizer(cfg.num_envs, cfg.ppo.gamma) if cfg.norm_reward else None
-        self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5,
-                                          foreach=True)
+        self.optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.ppo.learning_rate, eps=1e-5, fused=True)
         action_shape = () if agent.plan_horizon == 1 else (agent.plan_horizon,)
         if self.continuous:
             action_shape = (*action_shape, agent.action_dim)
@@ -390,7 +389,7 @@ class _Loop:
         obs = torch.as_tensor(raw, dtype=torch.float32)
         if not self.continuous:
             return obs
-        self.agent.obs_norm.update(obs)
+        self.agent.obs_norm.update(raw)
         return self.agent.obs_norm(obs)
 
     def _executed_action(self, action: Tensor) -> np.ndarray:

@@ -1,13 +1,14 @@
-"""VectorHistoryWrapper: the features HistoryFeatures gives per env, on the CartPole fast path."""
+"""VectorHistoryWrapper: the features HistoryFeatures gives per env, on the vector path and over a SyncVectorEnv."""
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from calf_agent.regimes import FAST_PATH_MIN_ENVS, vec_env_factory
-from calf_agent.representation import HistoryFeatures, Representation, VectorHistoryWrapper
+from calf_agent.regimes import FAST_PATH_MIN_ENVS, default_representation, vec_env_factory
+from calf_agent.representation import HistoryFeatures, HistoryWrapper, Representation, VectorHistoryWrapper
 from calf_agent.trainer import executed_elements
+from calf_core.envs import make_networked_env
 from calf_core.profiles import Profile, load_profile, profile_from_dict
 from calf_core.vector_networked import EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
@@ -90,14 +91,45 @@ def test_fast_path_features_equal_the_sync_vector_env_path_under_fixed_delays() 
     sync.close()
 
 
+@pytest.mark.parametrize('env', ['cartpole', 'Pendulum-v1'])
+@pytest.mark.slow
+def test_sync_path_features_equal_a_history_wrapper_per_env(env: str) -> None:
+    """Below the vector path, one VectorHistoryWrapper over a SyncVectorEnv of NetworkedEnvs gives every row what a
+    HistoryWrapper around each env gave, step for step: features, rewards and final observations."""
+    n, profile = 3, load_profile('wifi_degraded')
+    rep = default_representation(env, profile)  # frames, actions and the delay state
+    factory = vec_env_factory(env, profile, rep, seed=2, fast=False)
+    batched = factory(n)
+    per_env = gym.vector.SyncVectorEnv(
+        [lambda i=i: HistoryWrapper(make_networked_env(env, profile, seed=2000 + i), rep) for i in range(n)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    features_b, _ = batched.reset(seed=5)
+    features_p, _ = per_env.reset(seed=5)
+    np.testing.assert_array_equal(features_b, features_p)
+    batched.action_space.seed(0)
+    ended = 0
+    for step in range(300):
+        action = batched.action_space.sample()
+        features_b, reward_b, term_b, trunc_b, info_b = batched.step(action)
+        features_p, reward_p, term_p, trunc_p, info_p = per_env.step(action)
+        np.testing.assert_array_equal(features_b, features_p, err_msg=f'step {step}')
+        assert np.array_equal(reward_b, reward_p) and np.array_equal(term_b | trunc_b, term_p | trunc_p)
+        for i in np.flatnonzero(term_p | trunc_p):
+            np.testing.assert_array_equal(info_b['final_obs'][i], info_p['final_obs'][i])
+            ended += 1
+    assert ended >= n
+    batched.close()
+    per_env.close()
+
+
 def test_factory_picks_the_vector_path_for_many_envs_behind_any_profile() -> None:
     rep, profile = Representation(frames=2, actions=1), load_profile('full_net_aware')
     auto = vec_env_factory('cartpole', profile, rep, seed=0)
     envs = auto(FAST_PATH_MIN_ENVS)
     assert isinstance(envs, VectorHistoryWrapper) and isinstance(envs.env, VectorNetworkedCartPole)
-    assert isinstance(auto(FAST_PATH_MIN_ENVS - 1), gym.vector.SyncVectorEnv)  # fewer envs: the faster path
+    assert isinstance(auto(FAST_PATH_MIN_ENVS - 1).env, gym.vector.SyncVectorEnv)  # fewer envs: the faster path
     assert isinstance(vec_env_factory('cartpole', profile, rep, seed=0, fast=True)(2), VectorHistoryWrapper)
-    assert isinstance(vec_env_factory('cartpole', profile, rep, seed=0, fast=False)(64), gym.vector.SyncVectorEnv)
+    assert isinstance(vec_env_factory('cartpole', profile, rep, seed=0, fast=False)(64).env, gym.vector.SyncVectorEnv)
     stalls = vec_env_factory('cartpole', load_profile('wifi_degraded'), rep, seed=0, fast=True)(2)
     assert isinstance(stalls, VectorHistoryWrapper) and isinstance(stalls.env, VectorNetworkedCartPole)
     inner = vec_env_factory('cartpole', profile, rep, seed=0, fast=True, make_inner=lambda: gym.make('CartPole-v1'))(2)

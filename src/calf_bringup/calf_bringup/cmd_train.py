@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              'mean action from one decision to the next; smooth actors suit motors and survive a '
                              'late action better (default 0, e.g. 0.5)')
     parser.add_argument('--steps', type=count(1, MAX_STEPS), help='environment decisions to train for (default per env)')
-    parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole; SAC: 1, one update per env step); CartPole uses the '
-                                                 'numpy fast path from 32 when the network allows it')
+    parser.add_argument('--envs', type=count(1, MAX_ENVS), help='envs per rollout (default 8 for CartPole; SAC: 1, one update per env step); from 32 they '
+                                                 'run as one vector env, with the links of all of them in numpy')
     parser.add_argument('--frames', type=count(1, MAX_FRAMES), help='frame stack k (default: d + 1, d = typical delay in ticks)')
     parser.add_argument('--action-history', type=count(0, MAX_ACTION_HISTORY), help='actions remembered (default: d)')
     parser.add_argument('--delay-state', action=argparse.BooleanOptionalAction, default=None,
