@@ -13,8 +13,8 @@ Each run trains CALF's PPO with the env's default settings (``train_defaults``) 
 
 Training steps per second count agent decisions (PPO samples), rollouts and updates both. Times are the
 training process's CPU time (the trainer runs torch on one thread), so other jobs on the machine count little;
-each repeat runs every path back to back; medians over repeats. ``--envs`` takes several values, to show how
-the gap changes with the number of envs.
+each repeat runs every path back to back; medians over repeats; the returns are the last repeat's. ``--envs``
+takes several values, to show how the gap changes with the number of envs.
 
     python bench/bench_train_fast_path.py [--env cartpole] [--network full_net_aware] [--steps 16384]
         [--repeats 3] [--envs 8 32 128] [--against REV]
@@ -74,9 +74,14 @@ class Against:
 
 
 def serve() -> None:
-    """Worker: for each line ``ENV NETWORK ENVS STEPS SEED`` on stdin, the default path's steps/s and mean return."""
+    """Worker: for each line ``ENV NETWORK ENVS STEPS SEED`` on stdin, the default path's steps/s and mean return
+    (after a warm-up run on the first line, as the main process has)."""
+    warm = False
     for line in sys.stdin:
         env, network, envs, steps, seed = line.split()
+        if not warm:
+            steps_per_s(env, network, 'default', 2, 256, int(seed))
+            warm = True
         rate, mean_return = steps_per_s(env, network, 'default', int(envs), int(steps), int(seed))
         print(rate, mean_return, flush=True)
 
@@ -101,7 +106,7 @@ def main() -> None:
     print(f'PPO on {args.env} behind {args.network}, {args.steps} steps, median of {args.repeats} repeats (CPU time)')
     old = f'{"@" + args.against[:10]:>14}{"now/@":>8}' if against else ''
     print(f'{"envs":>5}{"sync steps/s":>14}{"vector steps/s":>16}{"vector/sync":>12}{old}'
-          f'{"sync return":>13}{"vector return":>15}')
+          f'{"sync return":>13}{"vector return":>15}{"@ return" if against else "":>10}')
     for envs in args.envs:
         runs = []
         for _ in range(args.repeats):
@@ -116,7 +121,8 @@ def main() -> None:
             line += f'{statistics.median(run[2][0] for run in runs):>14,.0f}'
             now = int(envs >= FAST_PATH_MIN_ENVS)  # the path vec_env_factory picks today
             line += f'{statistics.median(r[now][0] / r[2][0] for r in runs):>7.2f}×'
-        print(f'{line}{runs[-1][0][1]:>13.1f}{runs[-1][1][1]:>15.1f}', flush=True)
+        old_return = f'{runs[-1][2][1]:>10.1f}' if against is not None else ''
+        print(f'{line}{runs[-1][0][1]:>13.1f}{runs[-1][1][1]:>15.1f}{old_return}', flush=True)
     if against is not None:
         against.close()
 
