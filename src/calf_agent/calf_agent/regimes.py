@@ -207,10 +207,9 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
                                           env=make_inner() if make_inner else None)
 
     def make(n: int) -> gym.vector.VectorEnv:
-        if n >= min_envs:
-            return VectorHistoryWrapper(vector_env(env, profile, n, plan_horizon, make_inner), rep)
-        return VectorHistoryWrapper(gym.vector.SyncVectorEnv([make_one(i) for i in range(n)],
-                                                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), rep)
+        envs = vector_env(env, profile, n, plan_horizon, make_inner) if n >= min_envs else \
+            gym.vector.SyncVectorEnv([make_one(i) for i in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        return VectorHistoryWrapper(envs, rep)
 
     return make
 
