@@ -5,6 +5,8 @@ Rows (all under ``--network``, default wifi_degraded):
 - CartPole, ``--envs`` envs (16): ``VectorNetworkedCartPole`` (CartPole physics in numpy) and
   ``gym.make_vec('calf/Networked-v0', env='CartPole-v1')`` (gymnasium's CartPole stepped one by one),
   against gymnasium's own vector CartPole (``gym.make_vec('CartPole-v1', vectorization_mode='vector_entry_point')``);
+- CartPole, ``--envs`` envs: the trainers' path below ``FAST_PATH_MIN_ENVS``, a SyncVectorEnv of ``NetworkedEnv``s,
+  as ``calf_core.sync_vector.SyncVectorEnv`` (its cheaper info merge) against gymnasium's ``SyncVectorEnv``;
 - CartPole, ``--many`` envs (256): ``VectorNetworkedCartPole`` agent steps/s (goal >= 1,000,000);
 - HalfCheetah-v5, ``--envs`` envs: ``gym.make_vec('calf/Networked-v0', env='HalfCheetah-v5')`` (in this process,
   and with ``workers=2``: in two worker processes) against gymnasium's ``AsyncVectorEnv`` of bare HalfCheetahs
@@ -37,7 +39,8 @@ import gymnasium as gym
 import numpy as np
 
 import calf_core
-from calf_core.profiles import load_profile
+from calf_core.profiles import Profile, load_profile
+from calf_core.sync_vector import SyncVectorEnv
 from calf_core.vector_networked import VectorNetworkedCartPole
 
 
@@ -56,6 +59,12 @@ def ticks_per_s(make: Callable[[], gym.vector.VectorEnv], seconds: float,
         steps += 1
     envs.close()
     return ticks / elapsed, steps * envs.num_envs / elapsed
+
+
+def sync_networked(cls: type[gym.vector.SyncVectorEnv], n: int, profile: Profile) -> gym.vector.VectorEnv:
+    """``n`` NetworkedEnvs of CartPole-v1 behind ``profile`` in a ``cls`` SyncVectorEnv, as the trainers build it."""
+    return cls([lambda i=i: calf_core.wrap('CartPole-v1', network=profile, seed=i) for i in range(n)],
+               autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def module_at(rev: str) -> ModuleType:
@@ -88,6 +97,8 @@ def main() -> None:
         f'VectorNetworkedCartPole x{n}': lambda: VectorNetworkedCartPole(n, profile),
         f'make_vec CartPole-v1 x{n}': lambda: gym.make_vec(calf_core.ENV_ID, n, env='CartPole-v1', network=net),
         f'VectorNetworkedCartPole x{args.many}': lambda: VectorNetworkedCartPole(args.many, profile),
+        f'gymnasium sync CartPole-v1 x{n}': lambda: sync_networked(gym.vector.SyncVectorEnv, n, profile),
+        f'calf_core sync CartPole-v1 x{n}': lambda: sync_networked(SyncVectorEnv, n, profile),
     }
     if args.against:
         old = module_at(args.against).VectorNetworkedCartPole
@@ -117,6 +128,8 @@ def main() -> None:
     bare_cp = median[f'CartPole bare vector x{n}'][0]
     print(f'\nCartPole x{n}: VectorNetworkedCartPole {median[f"VectorNetworkedCartPole x{n}"][0] / bare_cp:.2f}x, '
           f'make_vec {median[f"make_vec CartPole-v1 x{n}"][0] / bare_cp:.2f}x the bare vector env (goal >= 0.9x)')
+    sync_ratio = median[f'calf_core sync CartPole-v1 x{n}'][0] / median[f'gymnasium sync CartPole-v1 x{n}'][0]
+    print(f'CartPole x{n}, SyncVectorEnv of NetworkedEnvs: calf_core.sync_vector {sync_ratio:.2f}x gymnasium\'s')
     many = median[f'VectorNetworkedCartPole x{args.many}'][1]
     print(f'CartPole x{args.many}: {many:,.0f} agent steps/s (goal >= 1,000,000)')
     if args.against:

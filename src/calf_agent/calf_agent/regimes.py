@@ -27,6 +27,7 @@ from calf_core.envs import env_spec, make_env, make_networked_env
 from calf_core.errors import ConfigError
 from calf_core.network import resolve_network
 from calf_core.profiles import Profile, sample_e2e, uplink_arrivals
+from calf_core.sync_vector import SyncVectorEnv
 from calf_core.task_spec import ALGOS, SAC_ALGOS, HoldMode, SuccessRule, TaskSpec
 from calf_core.vector_networked import CartPoleBatch, EnvBatch, VectorNetworkedCartPole, VectorNetworkedEnv
 
@@ -196,7 +197,7 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
     ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task). From
     ``FAST_PATH_MIN_ENVS`` envs with ``fast=None`` (any number with ``fast=True``, never with ``fast=False``)
     the envs are one ``VectorNetworkedEnv`` (``vector_env``), under any profile; otherwise a ``SyncVectorEnv``
-    of ``NetworkedEnv``s. Either way one ``VectorHistoryWrapper`` makes the features of all rows at once (as
+    of ``NetworkedEnv``s (``calf_core.sync_vector``'s: gymnasium's, with a cheaper info merge). Either way one ``VectorHistoryWrapper`` makes the features of all rows at once (as
     many ``HistoryWrapper``s would, at a fraction of the cost), and the trainer's reset seed makes the run
     deterministic.
     """
@@ -208,7 +209,7 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
 
     def make(n: int) -> gym.vector.VectorEnv:
         envs = vector_env(env, profile, n, plan_horizon, make_inner) if n >= min_envs else \
-            gym.vector.SyncVectorEnv([make_one(i) for i in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+            SyncVectorEnv([make_one(i) for i in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         return VectorHistoryWrapper(envs, rep)
 
     return make
