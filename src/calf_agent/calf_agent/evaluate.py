@@ -16,12 +16,13 @@ from calf_agent.plan_agent import plan_actions, plan_row
 from calf_agent.policies import new_episode_state
 from calf_agent.policy_runner import check_action_space, check_observation_size
 from calf_agent.representation import (
-    HistoryFeatures,
+    HistoryBatch,
     Representation,
     history_actions,
     observation_age_s,
     observation_facts,
     remembered_actions,
+    stacked_infos,
 )
 from calf_core import progress as progress_bars
 from calf_core.envs import make_networked_env
@@ -88,7 +89,8 @@ def one_torch_thread() -> Iterator[None]:
 def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: int,
                  batch: int = 16, keep_samples: bool = False, progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of the checkpoint behind ``profile`` in NetworkedEnv, ``batch`` at a time
-    (one forward pass per tick for all of them); ``progress``: a bar over episodes (``calf_core.progress``).
+    (one forward pass per tick for all of them, their features built together); ``progress``: a bar over episodes
+    (``calf_core.progress``).
 
     The env runs the checkpoint's ``start_plan`` (if it names one) until the first plan arrives.
     """
@@ -103,31 +105,29 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
     continuous = acts_continuously(agent)
     obs_size = int(np.prod(envs[0].observation_space.shape))
     check_observation_size(agent, rep, obs_size, width, meta['env'])
-    histories = [HistoryFeatures(rep, obs_size, width, continuous) for _ in envs]
+    history = HistoryBatch(rep, obs_size, width, len(envs), continuous)  # every env's features, built at once
     log, started = EpisodeLog(), 0
-    feats: list[np.ndarray | None] = [None] * len(envs)
+    running = np.ones(len(envs), dtype=bool)  # envs still playing an episode
     seqs = np.zeros(len(envs), dtype=np.int64)
     applied = np.full(len(envs), -1, dtype=np.int64)  # each observation's applied_obs_seq
     for i, env in enumerate(envs):
-        feats[i], seqs[i], applied[i] = _start(env, histories[i], seed + started)
+        seqs[i], applied[i] = _start(env, history, i, seed + started)
         started += 1
     state = None
     state_reset = np.ones(len(envs), dtype=bool)
     with progress_bars.bar(episodes, 'episode', 'eval', allowed=progress) as bar:
-        while any(f is not None for f in feats):
-            active = [i for i, f in enumerate(feats) if f is not None]
+        while running.any():
             state = new_episode_state(agent, state, state_reset)
-            plans, state = agent.act(np.stack([f if f is not None else np.zeros_like(feats[active[0]])
-                                               for f in feats]), state, deterministic=True, seq=seqs,
-                                     applied_seq=applied)
+            plans, state = agent.act(history.features(), state, deterministic=True, seq=seqs, applied_seq=applied)
             actions = plan_actions(plans)
             state_reset[:] = False
-            for i in active:
-                action = actions[i]
+            going: list[int] = []
+            observed: list[tuple[np.ndarray, dict]] = []
+            for i in np.flatnonzero(running):
                 obs, _, terminated, truncated, info = envs[i].step(plan_row(plans, i))
                 if not (terminated or truncated):
-                    sent = remembered_actions(action, 1, continuous, width, rep.history_element)[0]
-                    feats[i] = histories[i].update(obs, sent, observation_age_s(rep, info), observation_facts(rep, info))
+                    going.append(i)
+                    observed.append((obs, info))
                     seqs[i], applied[i] = info['obs_seq'], info['applied_obs_seq']
                     continue
                 summary = envs[i].stepper.finish()
@@ -135,21 +135,27 @@ def evaluate_sim(policy_dir: Path | str, profile: Profile, episodes: int, seed: 
                 log.obs_lost += info['obs_lost']
                 log.actions_lost += info['actions_lost']
                 bar.update(1)
-                feats[i] = None
+                running[i] = False
                 if started < episodes:
-                    feats[i], seqs[i], applied[i] = _start(envs[i], histories[i], seed + started)
-                    state_reset[i] = True
+                    seqs[i], applied[i] = _start(envs[i], history, i, seed + started)
+                    running[i] = state_reset[i] = True
                     started += 1
+            if going:
+                rows = np.array(going)
+                sent = remembered_actions(actions[rows], len(rows), continuous, width, rep.history_element)
+                infos = stacked_infos([info for _, info in observed])
+                history.update(rows, np.stack([obs for obs, _ in observed]), sent, observation_age_s(rep, infos),
+                               observation_facts(rep, infos))
     return log.report('sim', profile, keep_samples, policy=str(policy_dir), seed=seed)
 
 
-def _start(env: Any, history: HistoryFeatures, seed: int) -> tuple[np.ndarray, int, int]:
-    """Reset ``env`` for a new episode: the first features, the tick of the observation and its
+def _start(env: Any, history: HistoryBatch, row: int, seed: int) -> tuple[int, int]:
+    """Reset ``env`` (``history``'s ``row``) for a new episode; return the tick of the observation and its
     ``applied_obs_seq``."""
     obs, info = env.reset(seed=seed)
-    rep = history.rep
-    features = history.reset(obs, observation_age_s(rep, info), observation_facts(rep, info))
-    return features, int(info['obs_seq']), int(info['applied_obs_seq'])
+    rep, infos = history.rep, stacked_infos([info])
+    history.reset(np.array([row]), obs[None], observation_age_s(rep, infos), observation_facts(rep, infos))
+    return int(info['obs_seq']), int(info['applied_obs_seq'])
 
 
 def _start_plan(meta: dict[str, Any]) -> tuple[Any, ...] | None:

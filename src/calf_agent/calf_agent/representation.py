@@ -8,6 +8,7 @@ the policy sent.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -237,6 +238,16 @@ def observation_facts(rep: Representation, info: dict) -> ObsFacts | None:
     if not rep.delay_state:
         return None
     return ObsFacts(info['obs_seq'], info['applied_obs_seq'], info['applied_index'])
+
+
+INFO_KEYS = ('obs_age_ms', 'obs_seq', 'applied_obs_seq', 'applied_index')
+"""The entries of a networked env's info that ``observation_age_s`` and ``observation_facts`` read."""
+
+
+def stacked_infos(infos: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Several networked envs' infos as one vector env's, for ``observation_age_s`` and ``observation_facts``:
+    an array per entry they read, one row per info."""
+    return {key: np.array([info[key] for info in infos]) for key in INFO_KEYS}
 
 
 def history_actions(space: gym.Space) -> int:
