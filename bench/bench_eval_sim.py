@@ -2,8 +2,9 @@
 
 For each checkpoint directory and profile, ``evaluate_sim`` runs ``--episodes`` episodes in this process and, with
 ``calf_core`` and ``calf_agent`` as they are at ``--against REV``, in a worker process right after it. Times are
-CPU time; the ratio printed is the median over ``--repeats`` of the worker's time over this process's. The two
-reports (returns, E2E samples, losses) must be equal: the bench stops with exit code 1 where they differ.
+CPU time, after a one-episode warm-up on each side; the ratio printed is the median over ``--repeats`` of the
+worker's time over this process's. The two reports (returns, E2E samples, losses) must be equal: the bench
+stops with exit code 1 where they differ.
 
     python bench/bench_eval_sim.py CHECKPOINT_DIR... --against REV [--networks wifi_normal outage_burst]
         [--episodes 20] [--repeats 3]
@@ -16,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from revision import pythonpath_at
 
@@ -55,6 +57,10 @@ def main() -> None:
     worker = subprocess.Popen([sys.executable, __file__, '--serve'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env=pythonpath_at(args.against, ('calf_core', 'calf_agent')))
     assert worker.stdin is not None and worker.stdout is not None
+    timed(args.dirs[0], args.networks[0], 1)  # warm-up: first-call costs land outside the measured runs, both sides
+    worker.stdin.write(f'{args.dirs[0]} {args.networks[0]} 1\n')
+    worker.stdin.flush()
+    worker.stdout.readline()
     print(f'evaluate_sim, {args.episodes} episodes, CPU s, medians of {args.repeats}')
     print(f'{"checkpoint":<48}{"network":<14}{"now":>8}{"@" + args.against[:10]:>12}{"@/now":>8}')
     differ = False
@@ -70,8 +76,8 @@ def main() -> None:
                 runs.append((now, float(seconds)))
             now, old = (statistics.median(run[i] for run in runs) for i in (0, 1))
             ratio = statistics.median(run[1] / run[0] for run in runs)
-            print(f'{policy_dir.rstrip("/").split("/")[-1][:46]:<48}{network:<14}{now:>8.3f}{old:>12.3f}{ratio:>7.2f}×',
-                  flush=True)
+            name = Path(policy_dir).name[:46]
+            print(f'{name:<48}{network:<14}{now:>8.3f}{old:>12.3f}{ratio:>7.2f}×', flush=True)
     worker.stdin.close()
     worker.wait()
     print('reports: ' + ('DIFFERENT' if differ else 'equal'))

@@ -197,9 +197,9 @@ def vec_env_factory(env: str, profile: Profile, rep: Representation, seed: int, 
     ``make_inner`` builds a variant of ``env`` to put behind the network (e.g. a sub-task). From
     ``FAST_PATH_MIN_ENVS`` envs with ``fast=None`` (any number with ``fast=True``, never with ``fast=False``)
     the envs are one ``VectorNetworkedEnv`` (``vector_env``), under any profile; otherwise a ``SyncVectorEnv``
-    of ``NetworkedEnv``s (``calf_core.sync_vector``'s: gymnasium's, with a cheaper info merge). Either way one ``VectorHistoryWrapper`` makes the features of all rows at once (as
-    many ``HistoryWrapper``s would, at a fraction of the cost), and the trainer's reset seed makes the run
-    deterministic.
+    of ``NetworkedEnv``s (``calf_core.sync_vector``'s: gymnasium's, with a cheaper info merge). Either way one
+    ``VectorHistoryWrapper`` makes the features of all rows at once (as many ``HistoryWrapper``s would, at a
+    fraction of the cost), and the trainer's reset seed makes the run deterministic.
     """
     min_envs = 1 if fast else math.inf if fast is False else FAST_PATH_MIN_ENVS
 
