@@ -525,8 +525,13 @@ class ObservationGate:
     ``CONFIRMATIONS`` observations have arrived that continue it plausibly, with nothing admitted in
     between (an env that ran on while the policy heard nothing). A single forged observation, or
     forgeries with random ids, therefore cannot make every later observation look old.
-    ``anomalies`` counts implausible jumps (``episode_jump``, ``seq_jump``) and run changes after
-    the first run (``run_change``).
+    Forgeries that do take the gate far ahead (``CONFIRMATIONS`` of them in a row, with the env's run id)
+    are left the same way: older observations that the gate's point cannot plausibly follow, and that
+    continue each other plausibly, are taken once ``CONFIRMATIONS`` of them have arrived with nothing
+    admitted in between (``rewind``). Older observations of the gate's own stream (late or duplicated
+    messages) are skipped as before.
+    ``anomalies`` counts implausible jumps (``episode_jump``, ``seq_jump``), rewinds (``rewind``) and
+    run changes after the first run (``run_change``).
     """
 
     episode: int = -1
@@ -534,6 +539,7 @@ class ObservationGate:
     run: int = 0
     anomalies: dict[str, int] = field(default_factory=dict)
     _jump: tuple[int, int, int] | None = None  # an implausible stream seen: (episode, last seq, observations)
+    _behind: tuple[int, int, int] | None = None  # a stream behind the gate it cannot follow: the same fields
 
     def admit(self, episode: int, seq: int, run: int = 0) -> bool:
         """True if (episode, seq) is newer than anything acted on; records it."""
@@ -541,10 +547,15 @@ class ObservationGate:
             if self.episode >= 0:
                 self._count('run_change')
         elif not (episode > self.episode or (episode == self.episode and seq > self.last_seq)):
-            return False
+            if (episode, seq) == (self.episode, self.last_seq) or _follows(episode, seq, self.episode, self.last_seq):
+                return False  # a duplicate, or late: the gate's point follows it
+            self._behind = _chained(self._behind, episode, seq)
+            if self._behind[2] < CONFIRMATIONS:
+                return False
+            self._count('rewind')
         elif not _follows(self.episode, self.last_seq, episode, seq) and not self._confirmed(episode, seq):
             return False
-        self.episode, self.last_seq, self.run, self._jump = episode, seq, run, None
+        self.episode, self.last_seq, self.run, self._jump, self._behind = episode, seq, run, None, None
         return True
 
     def is_new_episode(self, episode: int) -> bool:
@@ -553,14 +564,19 @@ class ObservationGate:
     def _confirmed(self, episode: int, seq: int) -> bool:
         """Count one implausible observation; True once a plausible run of them is long enough."""
         self._count('episode_jump' if episode != self.episode else 'seq_jump')
-        jump = self._jump
-        count = jump[2] + 1 if jump is not None and jump[:2] != (episode, seq) and _follows(*jump[:2], episode, seq) \
-            else 1
-        self._jump = (episode, seq, count)
-        return count >= CONFIRMATIONS
+        self._jump = _chained(self._jump, episode, seq)
+        return self._jump[2] >= CONFIRMATIONS
 
     def _count(self, kind: str) -> None:
         self.anomalies[kind] = self.anomalies.get(kind, 0) + 1
+
+
+def _chained(chain: tuple[int, int, int] | None, episode: int, seq: int) -> tuple[int, int, int]:
+    """``chain`` (episode, last seq, observations) with (episode, seq) added if it plausibly continues it, else a
+    new chain of that one observation."""
+    if chain is not None and chain[:2] != (episode, seq) and _follows(*chain[:2], episode, seq):
+        return episode, seq, chain[2] + 1
+    return episode, seq, 1
 
 
 def _follows(episode: int, seq: int, next_episode: int, next_seq: int) -> bool:

@@ -90,3 +90,26 @@ def test_the_first_observations_of_a_newer_episode_are_plausible_even_after_loss
     live(gate, 0, range(3))
     assert gate.admit(3, 250, RUN), 'three episodes lost and 250 ticks of the fourth: still plausible'
     assert not gate.admit(3, 250 + MAX_SEQ_JUMP + 1, RUN)
+
+
+def test_forgeries_that_took_the_gate_far_ahead_are_left_after_confirmations() -> None:
+    """Three forged observations with the env's run id, far ahead and continuing each other, take the gate; the
+    real env's observations, all older now, take it back once they have confirmed each other."""
+    gate = ObservationGate()
+    assert all(live(gate, 0, range(5)))
+    assert live(gate, 2 ** 32 - 1, range(CONFIRMATIONS)) == [False] * (CONFIRMATIONS - 1) + [True]
+    real = live(gate, 0, range(5, 5 + CONFIRMATIONS + 3))
+    assert real == [False] * (CONFIRMATIONS - 1) + [True] * 4, 'the real env is followed again'
+    assert (gate.episode, gate.last_seq) == (0, 5 + CONFIRMATIONS + 2)
+    assert gate.anomalies['rewind'] == 1
+
+
+def test_late_and_duplicated_observations_of_the_stream_never_rewind() -> None:
+    gate = ObservationGate()
+    assert all(live(gate, 1, range(20)))
+    for seq in (19, 19, 15, 16, 17, 18, 19, 10, 11, 12):  # duplicates, then late ones continuing each other
+        assert not gate.admit(1, seq, RUN)
+    assert not gate.admit(0, 300, RUN) and not gate.admit(0, 301, RUN) and not gate.admit(0, 302, RUN), \
+        'the previous episode, late: the gate follows it'
+    assert (gate.episode, gate.last_seq) == (1, 19) and 'rewind' not in gate.anomalies
+    assert gate.admit(1, 20, RUN)
