@@ -27,16 +27,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
 import gymnasium as gym
 import numpy as np
+from revision import module_at
 
 import calf_core
 from calf_core.profiles import Profile, load_profile
@@ -67,20 +63,6 @@ def sync_networked(cls: type[gym.vector.SyncVectorEnv], n: int, profile: Profile
                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
-def module_at(rev: str) -> ModuleType:
-    """``calf_core.vector_networked`` as it is at git revision ``rev`` of this repository (importing today's rest)."""
-    root = Path(__file__).resolve().parent.parent
-    source = subprocess.run(['git', 'show', f'{rev}:src/calf_core/calf_core/vector_networked.py'], cwd=root,
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / 'vector_networked_at_rev.py'
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f'calf_core.vector_networked_{rev}', path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--seconds', type=float, default=3.0)
@@ -101,7 +83,7 @@ def main() -> None:
         f'calf_core sync CartPole-v1 x{n}': lambda: sync_networked(SyncVectorEnv, n, profile),
     }
     if args.against:
-        old = module_at(args.against).VectorNetworkedCartPole
+        old = module_at(args.against, 'src/calf_core/calf_core/vector_networked.py').VectorNetworkedCartPole
         rows.update({f'VectorNetworkedCartPole x{k} @{args.against}': (lambda k=k: old(k, profile))
                      for k in (n, args.many)})
     if importlib.util.find_spec('mujoco') is not None:

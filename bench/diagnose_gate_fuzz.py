@@ -12,14 +12,12 @@ admitted the env's observations for more than 50 ticks at its end. With ``--agai
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from revision import module_at
 
 from calf_core.timing import ObservationGate
 
@@ -29,19 +27,6 @@ from message_fuzz import hostile_observation  # noqa: E402
 
 RUN = 880727065
 WEDGED_TICKS = 50
-
-
-def gate_at(rev: str) -> type:
-    """``ObservationGate`` as it is at git revision ``rev``."""
-    source = subprocess.run(['git', 'show', f'{rev}:src/calf_core/calf_core/timing.py'], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / 'timing_at_rev.py'
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location('timing_at_rev', path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.ObservationGate
 
 
 def ticks_unfollowed(gate: Any, seed: int, hostile: int, fuzz_ticks: int, after: int) -> int:
@@ -66,7 +51,9 @@ def main() -> None:
     parser.add_argument('--after', type=int, default=1000)
     parser.add_argument('--against', metavar='REV')
     args = parser.parse_args()
-    gates = {'now': ObservationGate, **({f'@{args.against}': gate_at(args.against)} if args.against else {})}
+    gates = {'now': ObservationGate}
+    if args.against:
+        gates[f'@{args.against}'] = module_at(args.against, 'src/calf_core/calf_core/timing.py').ObservationGate
     for name, gate in gates.items():
         runs = [ticks_unfollowed(gate(), seed, k, args.fuzz_ticks, args.after)
                 for seed in range(args.seeds) for k in args.hostile]

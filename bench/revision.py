@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,3 +28,20 @@ def pythonpath_at(rev: str, packages: tuple[str, ...] = ('calf_core',)) -> dict[
         tar.extractall(tree, filter='data')
     first = [str(tree / 'src' / package) for package in packages]
     return {**os.environ, 'PYTHONPATH': os.pathsep.join([*first, os.environ.get('PYTHONPATH', '')])}
+
+
+def module_at(rev: str, path: str) -> ModuleType:
+    """The module in file ``path`` (of this repository) as it is at ``rev``, imported in this process beside today's
+    packages (which its imports get); its copy is removed when this process exits."""
+    source = subprocess.run(['git', 'show', f'{rev}:{path}'], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix='calf_at_'))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    file = folder / Path(path).name
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(f'{Path(path).stem}_at_{rev}', file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
